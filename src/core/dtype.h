@@ -1,0 +1,52 @@
+// Element types of tensors, numbered exactly as GGUF/ggml numbers them, and the trait
+// table that says how each is laid out (block size, bytes per block) and converted.
+//
+//   const TypeTraits& t = type_traits(DType::Q4_K);   // t.block_size == 256, t.type_size == 144
+//   size_t bytes = row_size(DType::Q4_K, 4096);        // bytes of one 4096-wide row
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <string_view>
+
+namespace ridge {
+
+enum class DType : uint32_t {
+  F32 = 0, F16 = 1, Q4_0 = 2, Q4_1 = 3,
+  // 4 and 5 were Q4_2 and Q4_3, removed from ggml.
+  Q5_0 = 6, Q5_1 = 7, Q8_0 = 8, Q8_1 = 9,
+  Q2_K = 10, Q3_K = 11, Q4_K = 12, Q5_K = 13, Q6_K = 14, Q8_K = 15,
+  IQ2_XXS = 16, IQ2_XS = 17, IQ3_XXS = 18, IQ1_S = 19, IQ4_NL = 20, IQ3_S = 21,
+  IQ2_S = 22, IQ4_XS = 23, I8 = 24, I16 = 25, I32 = 26, I64 = 27, F64 = 28,
+  IQ1_M = 29, BF16 = 30,
+  // 31..33 and 36..38 were repacked Q4_0/IQ4_NL layouts, removed from ggml.
+  TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
+};
+
+// Converts n elements (n a multiple of block_size) of a quantized row to float.
+using ToFloatFn = void (*)(const void* src, float* dst, int64_t n);
+// Quantizes n floats (n a multiple of block_size) into blocks; the reference (round-to-
+// nearest) quantizer for the type.
+using FromFloatFn = void (*)(const float* src, void* dst, int64_t n);
+
+struct TypeTraits {
+  std::string_view name;    // as ggml spells it: "q4_K", "f16", ...
+  int64_t block_size = 0;   // elements per block
+  size_t type_size = 0;     // bytes per block
+  ToFloatFn to_float = nullptr;      // null: we cannot dequantize this type (yet)
+  FromFloatFn from_float = nullptr;  // null: we cannot quantize to this type
+};
+
+constexpr uint32_t kDTypeCount = 42;
+
+// Traits of a known type; the returned entry has block_size == 0 for unknown ids.
+const TypeTraits& type_traits(DType type);
+bool is_known_dtype(uint32_t id);
+std::string_view dtype_name(DType type);
+// Parses a name as ggml spells it, case-insensitively ("Q4_K", "q4_k", "f16").
+std::optional<DType> dtype_from_name(std::string_view name);
+// Bytes of a row of n elements; n must be a multiple of the block size.
+size_t row_size(DType type, int64_t n);
+
+}  // namespace ridge
