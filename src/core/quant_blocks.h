@@ -1,0 +1,148 @@
+// Quant block layouts, byte for byte as GGUF/ggml store them (ggml-common.h), so a
+// tensor's bytes in a mapped GGUF file can be read as an array of these structs.
+//
+//   auto* blocks = static_cast<const ridge::BlockQ4_K*>(tensor_data);  // n/256 blocks
+//   float d = ridge::fp16_to_fp32(blocks[0].d);
+//
+// Scales marked f16 hold IEEE half bits (see core/fp16.h). All structs are POD with only
+// uint8/int8/uint16 members (and a float in Q8_K) in an order that leaves no padding.
+#pragma once
+
+#include <cstdint>
+
+namespace ridge {
+
+constexpr int kQK4_0 = 32;
+constexpr int kQK4_1 = 32;
+constexpr int kQK5_0 = 32;
+constexpr int kQK5_1 = 32;
+constexpr int kQK8_0 = 32;
+constexpr int kQK8_1 = 32;
+constexpr int kQK_K = 256;         // elements in a K-quant super-block
+constexpr int kKScaleBytes = 12;   // packed 6-bit scales and mins of Q4_K and Q5_K
+
+// x = d * (q - 8), q in 0..15. Element j in the low nibble of qs[j], element j+16 in the
+// high nibble.
+struct BlockQ4_0 {
+  uint16_t d;                 // f16 scale
+  uint8_t qs[kQK4_0 / 2];
+};
+
+// x = d * q + m, q in 0..15, nibbles packed as in Q4_0.
+struct BlockQ4_1 {
+  uint16_t d;                 // f16 scale
+  uint16_t m;                 // f16 minimum (offset)
+  uint8_t qs[kQK4_1 / 2];
+};
+
+// x = d * (q - 16), q in 0..31: low 4 bits as in Q4_0, bit 4 of element j is bit j of qh
+// (read as a little-endian uint32).
+struct BlockQ5_0 {
+  uint16_t d;                 // f16 scale
+  uint8_t qh[4];
+  uint8_t qs[kQK5_0 / 2];
+};
+
+// x = d * q + m, q in 0..31, bits packed as in Q5_0.
+struct BlockQ5_1 {
+  uint16_t d;                 // f16 scale
+  uint16_t m;                 // f16 minimum
+  uint8_t qh[4];
+  uint8_t qs[kQK5_1 / 2];
+};
+
+// x = d * q, q in -127..127.
+struct BlockQ8_0 {
+  uint16_t d;                 // f16 scale
+  int8_t qs[kQK8_0];
+};
+
+// Q8_0 plus s = d * sum(qs): the activation format for Q4_1/Q5_1 dot products.
+struct BlockQ8_1 {
+  uint16_t d;                 // f16 scale
+  uint16_t s;                 // f16 d * sum(qs)
+  int8_t qs[kQK8_1];
+};
+
+// 16 groups of 16: x = d * (scales[g] & 15) * q - dmin * (scales[g] >> 4), q in 0..3.
+// qs byte 32*h + l holds, in bit pairs 0,2,4,6, elements 128*h + l + {0, 32, 64, 96}.
+struct BlockQ2_K {
+  uint8_t scales[kQK_K / 16];  // 4-bit scale (low) and 4-bit min (high) per group
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;                  // f16 scale of the scales
+  uint16_t dmin;               // f16 scale of the mins
+};
+
+// 16 groups of 16: x = d * (s[g] - 32) * (q - 4 * !high_bit), low 2 bits packed as in
+// Q2_K; the high bit of element e is bit e/32 of hmask[e % 32]; s[g] is 6 bits, low
+// nibbles in scales[0..7] (groups g and g+8), high bit pairs in scales[8..11].
+struct BlockQ3_K {
+  uint8_t hmask[kQK_K / 8];
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales[12];
+  uint16_t d;                  // f16 scale of the scales
+};
+
+// 8 groups of 32: x = d * sc[g] * q - dmin * m[g], q in 0..15; sc, m are 6 bits packed in
+// `scales` (see unpack_scale_min_k4). qs byte 32*h + l: element 64*h + l in the low
+// nibble, element 64*h + l + 32 in the high nibble.
+struct BlockQ4_K {
+  uint16_t d;                  // f16 scale of the scales
+  uint16_t dmin;               // f16 scale of the mins
+  uint8_t scales[kKScaleBytes];
+  uint8_t qs[kQK_K / 2];
+};
+
+// Q4_K plus a fifth bit: element 64*h + l (+32) takes bit 2h (2h+1) of qh[l].
+struct BlockQ5_K {
+  uint16_t d;                  // f16 scale of the scales
+  uint16_t dmin;               // f16 scale of the mins
+  uint8_t scales[kKScaleBytes];
+  uint8_t qh[kQK_K / 8];
+  uint8_t qs[kQK_K / 2];
+};
+
+// 16 groups of 16: x = d * scales[g] * (q - 32), q in 0..63. In each half h (128
+// elements) and lane l < 32, ql[64h + l] holds elements +0 (low) and +64 (high nibble),
+// ql[64h + l + 32] elements +32 and +96, qh[32h + l] their top bit pairs at 0,2,4,6.
+struct BlockQ6_K {
+  uint8_t ql[kQK_K / 2];
+  uint8_t qh[kQK_K / 4];
+  int8_t scales[kQK_K / 16];
+  uint16_t d;                  // f16 scale of the scales
+};
+
+// x = d * q; the activation format for K-quant dot products, with per-16 sums of q.
+struct BlockQ8_K {
+  float d;
+  int8_t qs[kQK_K];
+  int16_t bsums[kQK_K / 16];
+};
+
+static_assert(sizeof(BlockQ4_0) == 18);
+static_assert(sizeof(BlockQ4_1) == 20);
+static_assert(sizeof(BlockQ5_0) == 22);
+static_assert(sizeof(BlockQ5_1) == 24);
+static_assert(sizeof(BlockQ8_0) == 34);
+static_assert(sizeof(BlockQ8_1) == 36);
+static_assert(sizeof(BlockQ2_K) == 84);
+static_assert(sizeof(BlockQ3_K) == 110);
+static_assert(sizeof(BlockQ4_K) == 144);
+static_assert(sizeof(BlockQ5_K) == 176);
+static_assert(sizeof(BlockQ6_K) == 210);
+static_assert(sizeof(BlockQ8_K) == 292);
+
+// The 6-bit scale and min of group g (0..7) of a Q4_K/Q5_K block: groups 0..3 sit in the
+// low 6 bits of bytes g and g+4; groups 4..7 keep their low nibbles in byte g+4 and their
+// top two bits in the spare top bits of bytes g-4 (scale) and g (min).
+inline void unpack_scale_min_k4(int g, const uint8_t* scales, uint8_t* scale, uint8_t* min) {
+  if (g < 4) {
+    *scale = scales[g] & 63;
+    *min = scales[g + 4] & 63;
+  } else {
+    *scale = static_cast<uint8_t>((scales[g + 4] & 0xf) | ((scales[g - 4] >> 6) << 4));
+    *min = static_cast<uint8_t>((scales[g + 4] >> 4) | ((scales[g] >> 6) << 4));
+  }
+}
+
+}  // namespace ridge
