@@ -1,0 +1,73 @@
+// FlashAttention-style attention of new query tokens over a paged KV cache: each
+// (query token, KV head) item walks the sequence's blocks once, keeping a running max
+// and running sum per query head (online softmax), with the query heads that share the
+// KV head (GQA group) processed together so each K/V row is loaded once per group.
+//
+//   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
+//   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
+//   attention(kv, {&s, 1}, n_head, {.scale = 1 / std::sqrt(float(d_head))}, pool, scratch);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+
+#include "core/thread_pool.h"
+#include "kernels/scratch.h"
+
+namespace ridge::kernels {
+
+// One layer's K and V pools. T is the stored element type (float now; F16 later).
+template <class T>
+struct PagedKvLayer {
+  const T* k = nullptr;  // [n_blocks][block_size][n_kv_head][d_head]
+  const T* v = nullptr;  // [n_blocks][block_size][n_kv_head][d_head]
+  int64_t n_blocks = 0;
+  int64_t block_size = 0;
+  int64_t n_kv_head = 0;
+  int64_t d_head = 0;
+};
+
+struct AttentionParams {
+  float scale = 1.0f;    // multiplies q.k: 1/sqrt(d_head), or query_pre_attn_scalar^-0.5
+  float softcap = 0.0f;  // > 0: score = tanh(score / softcap) * softcap, after scaling
+  int64_t window = 0;    // > 0: sliding window, key j visible iff q_pos - j < window
+};
+
+// One sequence's new tokens. Logical cache token j has absolute position j and lives in
+// block block_table[j / block_size], slot j % block_size. The new tokens' K/V are
+// already written, so n_kv counts them.
+struct AttentionSequence {
+  const float* q = nullptr;           // [n_q][n_head][d_head]
+  const int32_t* q_pos = nullptr;     // [n_q], each in [0, n_kv)
+  int64_t n_q = 0;
+  std::span<const int32_t> block_table;  // >= ceil(n_kv / block_size) ids; < 0: recycled
+  int64_t n_kv = 0;
+  float* out = nullptr;               // [n_q][n_head][d_head]
+};
+
+// Floats of per-thread scratch attention() needs for these shapes.
+size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_head,
+                                int64_t block_size);
+
+// Causal (key j <= q_pos) attention, with the optional sliding window, for every token of
+// every sequence; parallel over (sequence, query token, KV head) items. A token's output
+// depends only on its own q and its sequence's cache, not on the rest of the batch.
+// Throws ridge::Error for inconsistent shapes, a position outside [0, n_kv), a short
+// block table, or a block id that is out of range or recycled (< 0) yet inside a
+// query's window.
+template <class T>
+void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
+               int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
+
+// Reference for tests: materializes each score row over a dense cache and accumulates
+// in double. Allocates; single-threaded.
+//   q, out: [n_q][n_head][d_head]   k, v: [n_kv][n_kv_head][d_head]   q_pos: [n_q]
+void attention_reference(const float* q, const int32_t* q_pos, int64_t n_q, int64_t n_head,
+                         const float* k, const float* v, int64_t n_kv, int64_t n_kv_head,
+                         int64_t d_head, const AttentionParams& params, float* out);
+
+extern template void attention<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>,
+                                      int64_t, const AttentionParams&, ThreadPool&, Scratch&);
+
+}  // namespace ridge::kernels

@@ -1,0 +1,28 @@
+// Float dot products, the inner loop of matmul and attention: a scalar reference and an
+// AVX2+FMA version in its own translation unit, chosen once at run time.
+//
+//   float s = dot_f32(a, b, n);          // fastest available
+//   float r = dot_f32_scalar(a, b, n);   // reference it is tested against
+#pragma once
+
+#include <cstdint>
+
+namespace ridge::kernels {
+
+// Sum of a[i] * b[i], i < n. Dispatches to dot_f32_avx2 when the CPU has AVX2 and FMA.
+float dot_f32(const float* a, const float* b, int64_t n);
+
+// Reference: four float partial sums over i % 4, added in a fixed order.
+float dot_f32_scalar(const float* a, const float* b, int64_t n);
+
+// AVX2+FMA; call only when cpu_has_avx2_fma(). Defined in dot_avx2.cpp.
+float dot_f32_avx2(const float* a, const float* b, int64_t n);
+
+bool cpu_has_avx2_fma();
+
+// y[i] += a * x[i], i < n (auto-vectorized; no reduction, so no order question).
+inline void axpy_f32(float a, const float* x, float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += a * x[i];
+}
+
+}  // namespace ridge::kernels

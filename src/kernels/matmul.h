@@ -1,0 +1,51 @@
+// Weight matmul over all tokens of a step: y[t][o] = dot(W[o], x[t]) with W in any
+// dtype the trait table can dequantize. Each weight row is read (and dequantized) once
+// per call and reused for every token, so a batch of tokens shares the weight bytes.
+//
+//   WeightMatrix w = weight_matrix(DType::Q4_K, n_embd, n_ff, tensor_bytes);
+//   Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));    // at start-up
+//   matmul(w, x, y, n_tokens, pool, scratch);     // x [n_tokens][n_embd] -> y [n_tokens][n_ff]
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "core/dtype.h"
+#include "core/thread_pool.h"
+#include "kernels/scratch.h"
+
+namespace ridge::kernels {
+
+// A row-major weight matrix as GGUF stores it: n_out rows of n_in elements each.
+struct WeightMatrix {
+  DType dtype = DType::F32;
+  int64_t n_in = 0;               // columns, contiguous; a multiple of the dtype's block size
+  int64_t n_out = 0;              // rows
+  const uint8_t* data = nullptr;  // [n_out][row_bytes]
+  size_t row_bytes = 0;           // stride between rows; >= row_size(dtype, n_in)
+};
+
+// A densely packed matrix (row_bytes = row_size(dtype, n_in)), validated as below.
+WeightMatrix weight_matrix(DType dtype, int64_t n_in, int64_t n_out, const void* data);
+
+// Throws ridge::Error naming `name` if matmul cannot use w: unknown dtype, no
+// dequantizer, n_in not a multiple of the block size, rows too short, null data.
+void check_weight_matrix(const WeightMatrix& w, std::string_view name);
+
+// Floats of per-thread scratch matmul(w, ...) needs.
+size_t matmul_scratch_floats(const WeightMatrix& w);
+
+// y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens, o < n_out. Parallel over output
+// rows; y[t][o] depends only on W[o] and x[t] (not on n_tokens or the thread count),
+// so a sequence's result does not depend on what else is in the batch.
+//   x: [n_tokens][n_in]   y: [n_tokens][n_out]   (y must not alias x)
+// Throws ridge::Error if w fails check_weight_matrix or scratch is too small.
+void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
+            Scratch& scratch);
+
+// Reference for tests: dequantizes each row with the same to_float and accumulates in
+// double. Allocates; single-threaded.
+void matmul_reference(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens);
+
+}  // namespace ridge::kernels

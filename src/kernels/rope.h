@@ -1,0 +1,37 @@
+// Rotary position embedding in both ggml layouts, applied in place to q or k rows:
+//   Norm: rotates adjacent pairs (x[2i], x[2i+1])           (llama, llama2.c)
+//   Neox: rotates (x[i], x[i + n_rot/2])                      (Qwen2, Gemma 3, GPT-NeoX)
+// by theta_i = pos * freq_scale * freq_base^(-2i / n_rot), i < n_rot / 2; dims >= n_rot
+// pass through. freq_scale = 1 / factor is linear RoPE scaling (Gemma 3 global layers).
+//
+//   RopeParams p{RopeMode::Neox, d_head, 1e6f, 1.0f};
+//   rope(q, pos, n_tokens, n_head, d_head, p);    // q: [n_tokens][n_head][d_head]
+#pragma once
+
+#include <cstdint>
+
+namespace ridge::kernels {
+
+enum class RopeMode { Norm, Neox };
+
+struct RopeParams {
+  RopeMode mode = RopeMode::Norm;
+  int64_t n_rot = 0;          // rotary dims per head: even, <= d_head, <= kMaxRopeDims
+  float freq_base = 10000.0f;
+  float freq_scale = 1.0f;    // 1 / linear scaling factor
+};
+
+constexpr int64_t kMaxRopeDims = 1024;
+
+// Rotates every head of every token in place. Angles are computed in double, so large
+// positions keep their precision. Throws ridge::Error for an odd or out-of-range n_rot.
+//   x: [n_tokens][token_stride], head h of token t at x + t * token_stride + h * d_head
+//   pos: [n_tokens] absolute positions       token_stride 0 means n_head * d_head
+void rope(float* x, const int32_t* pos, int64_t n_tokens, int64_t n_head, int64_t d_head,
+          const RopeParams& params, int64_t token_stride = 0);
+
+// Reference for tests: the direct formula per element, in double.
+void rope_reference(float* x, const int32_t* pos, int64_t n_tokens, int64_t n_head, int64_t d_head,
+                    const RopeParams& params, int64_t token_stride = 0);
+
+}  // namespace ridge::kernels

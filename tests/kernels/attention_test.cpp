@@ -1,0 +1,264 @@
+// Paged flash attention against the dense full-softmax reference: causal and sliding
+// windows, block boundaries, GQA ratios, prefill chunks continuing a cached prefix,
+// recycled blocks, soft-capping, several sequences per call, and rejected bad input.
+#include "kernels/attention.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "core/error.h"
+#include "test_util.h"
+
+namespace ridge::kernels {
+namespace {
+
+using testing::close;
+using testing::random_floats;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+struct Case {
+  int64_t n_head = 4, n_kv_head = 2, d_head = 16, block_size = 16;
+  int64_t n_kv = 37;  // tokens in the cache, the new ones included
+  int64_t n_q = 1;    // new tokens: positions n_kv - n_q .. n_kv - 1
+  int64_t window = 0;
+  float softcap = 0.0f;
+  float scale = 0.0f;  // 0: 1/sqrt(d_head)
+  bool recycle = true;  // give blocks wholly outside every window the id -1
+};
+
+// A sequence's dense K/V scattered into a shuffled block pool. Every float the kernel
+// must not read (spare blocks, slots past n_kv, recycled blocks) is NaN, so reading one
+// poisons the output.
+struct PagedSequence {
+  std::vector<float> q, k, v;             // q [n_q][n_head][d_head]; k, v dense [n_kv][n_kv_head][d_head]
+  std::vector<int32_t> q_pos;
+  std::vector<float> k_pool, v_pool;      // [n_blocks][block_size][n_kv_head][d_head]
+  std::vector<int32_t> table;
+  int64_t n_blocks = 0;
+};
+
+PagedSequence make_sequence(const Case& c, uint32_t seed) {
+  PagedSequence s;
+  const int64_t row = c.n_kv_head * c.d_head;
+  s.q = random_floats(c.n_q * c.n_head * c.d_head, seed);
+  s.k = random_floats(c.n_kv * row, seed + 1);
+  s.v = random_floats(c.n_kv * row, seed + 2);
+  for (int64_t t = 0; t < c.n_q; ++t) s.q_pos.push_back(static_cast<int32_t>(c.n_kv - c.n_q + t));
+
+  const int64_t n_logical = (c.n_kv + c.block_size - 1) / c.block_size;
+  s.n_blocks = n_logical + 3;
+  std::vector<int32_t> ids(static_cast<size_t>(s.n_blocks));
+  std::iota(ids.begin(), ids.end(), 0);
+  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
+  s.k_pool.assign(s.n_blocks * c.block_size * row, kNaN);
+  s.v_pool.assign(s.k_pool.size(), kNaN);
+  const int64_t first_visible = c.window > 0 ? std::max<int64_t>(0, s.q_pos[0] - c.window + 1) : 0;
+  for (int64_t b = 0; b < n_logical; ++b) {
+    const bool recycled = c.recycle && (b + 1) * c.block_size <= first_visible;
+    s.table.push_back(recycled ? -1 : ids[b]);
+    if (recycled) continue;
+    for (int64_t slot = 0; slot < c.block_size && b * c.block_size + slot < c.n_kv; ++slot) {
+      const int64_t j = b * c.block_size + slot;
+      std::copy_n(s.k.begin() + j * row, row, s.k_pool.begin() + (ids[b] * c.block_size + slot) * row);
+      std::copy_n(s.v.begin() + j * row, row, s.v_pool.begin() + (ids[b] * c.block_size + slot) * row);
+    }
+  }
+  return s;
+}
+
+AttentionParams params_of(const Case& c) {
+  return AttentionParams{c.scale > 0 ? c.scale : 1.0f / std::sqrt(static_cast<float>(c.d_head)), c.softcap, c.window};
+}
+
+// Runs the paged kernel for one case and compares every output element to the reference.
+void check_case(const Case& c, int n_threads = 2, uint32_t seed = 100) {
+  SCOPED_TRACE(::testing::Message() << "n_head " << c.n_head << " n_kv_head " << c.n_kv_head << " d_head "
+                                    << c.d_head << " block " << c.block_size << " n_kv " << c.n_kv << " n_q "
+                                    << c.n_q << " window " << c.window << " softcap " << c.softcap);
+  const PagedSequence s = make_sequence(c, seed);
+  const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+  std::vector<float> got(s.q.size(), -1.0f), want(s.q.size());
+  const AttentionSequence seq{s.q.data(), s.q_pos.data(), c.n_q, s.table, c.n_kv, got.data()};
+  ThreadPool pool(n_threads);
+  Scratch scratch(pool.n_threads(), attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
+  attention(kv, std::span<const AttentionSequence>(&seq, 1), c.n_head, params_of(c), pool, scratch);
+  attention_reference(s.q.data(), s.q_pos.data(), c.n_q, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
+                      c.d_head, params_of(c), want.data());
+  for (size_t i = 0; i < got.size(); ++i)
+    ASSERT_TRUE(close(got[i], want[i])) << "element " << i << ": " << got[i] << " vs " << want[i];
+}
+
+TEST(Attention, CausalAcrossBlockBoundaries) {
+  for (int64_t n_kv : {1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 49, 100}) {
+    Case c;
+    c.n_kv = n_kv;
+    check_case(c);
+  }
+}
+
+TEST(Attention, GqaRatios) {
+  for (int64_t ratio : {1, 2, 4, 8}) {
+    Case c;
+    c.n_kv_head = 2;
+    c.n_head = 2 * ratio;
+    c.n_kv = 53;
+    c.n_q = 3;
+    check_case(c);
+  }
+}
+
+TEST(Attention, PrefillChunkContinuingCachedPrefix) {
+  for (int64_t n_q : {2, 7, 16, 17, 40}) {
+    Case c;
+    c.n_kv = 57;
+    c.n_q = n_q;
+    check_case(c, 3);
+  }
+  Case whole;  // a full prefill: every cached token is new
+  whole.n_kv = 33;
+  whole.n_q = 33;
+  check_case(whole, 3);
+}
+
+TEST(Attention, SlidingWindowsWithRecycledBlocks) {
+  for (int64_t window : {1, 2, 5, 15, 16, 17, 32, 40, 200}) {
+    for (int64_t n_q : {1, 9}) {
+      Case c;
+      c.n_kv = 81;
+      c.n_q = n_q;
+      c.window = window;
+      check_case(c);
+    }
+  }
+}
+
+TEST(Attention, SoftcapAndLargeScores) {
+  for (float softcap : {0.0f, 50.0f, 5.0f}) {
+    Case c;
+    c.n_kv = 70;
+    c.n_q = 4;
+    c.softcap = softcap;
+    c.scale = 1.0f;  // scores of tens: exercises the running-max rescaling
+    check_case(c);
+  }
+}
+
+TEST(Attention, ModelShapes) {
+  Case qwen;  // Qwen2.5 0.5B: 14 heads over 2 KV heads of 64
+  qwen.n_head = 14;
+  qwen.n_kv_head = 2;
+  qwen.d_head = 64;
+  qwen.n_kv = 130;
+  qwen.n_q = 5;
+  check_case(qwen);
+  Case gemma = qwen;  // Gemma 3 270M: 4 heads over 1 KV head of 256, local window
+  gemma.n_head = 4;
+  gemma.n_kv_head = 1;
+  gemma.d_head = 256;
+  gemma.window = 64;
+  gemma.scale = 1.0f / 16.0f;
+  check_case(gemma);
+  Case odd = qwen;  // odd head size and block size
+  odd.d_head = 7;
+  odd.block_size = 5;
+  odd.n_head = 6;
+  odd.n_kv_head = 3;
+  odd.window = 11;
+  check_case(odd);
+}
+
+TEST(Attention, SequencesInOneCallMatchSeparateCalls) {
+  // Three sequences sharing one pool layout shape; each gets its own pool here, so run
+  // them through a shared pool by concatenating the block pools.
+  const std::vector<Case> cases = [] {
+    Case a, b, c;
+    a.n_kv = 20;
+    a.n_q = 1;
+    b.n_kv = 50;
+    b.n_q = 6;
+    c.n_kv = 33;
+    c.n_q = 33;
+    return std::vector<Case>{a, b, c};
+  }();
+  const Case& shape = cases[0];
+  const int64_t block_floats = shape.block_size * shape.n_kv_head * shape.d_head;
+  std::vector<PagedSequence> seqs;
+  std::vector<float> k_pool, v_pool;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    PagedSequence s = make_sequence(cases[i], 200 + static_cast<uint32_t>(i));
+    const int32_t offset = static_cast<int32_t>(k_pool.size() / block_floats);
+    for (int32_t& id : s.table) id += offset;
+    k_pool.insert(k_pool.end(), s.k_pool.begin(), s.k_pool.end());
+    v_pool.insert(v_pool.end(), s.v_pool.begin(), s.v_pool.end());
+    seqs.push_back(std::move(s));
+  }
+  const PagedKvLayer<float> kv{k_pool.data(), v_pool.data(), static_cast<int64_t>(k_pool.size() / block_floats),
+                               shape.block_size, shape.n_kv_head, shape.d_head};
+  std::vector<std::vector<float>> together(cases.size()), alone(cases.size());
+  std::vector<AttentionSequence> batch;
+  for (size_t i = 0; i < cases.size(); ++i) {
+    together[i].assign(seqs[i].q.size(), 0.0f);
+    alone[i].assign(seqs[i].q.size(), 0.0f);
+    batch.push_back({seqs[i].q.data(), seqs[i].q_pos.data(), cases[i].n_q, seqs[i].table, cases[i].n_kv,
+                     together[i].data()});
+  }
+  ThreadPool pool(3);
+  Scratch scratch(3, attention_scratch_floats(shape.n_head, shape.n_kv_head, shape.d_head, shape.block_size));
+  attention(kv, std::span<const AttentionSequence>(batch), shape.n_head, params_of(shape), pool, scratch);
+  for (size_t i = 0; i < cases.size(); ++i) {
+    AttentionSequence one = batch[i];
+    one.out = alone[i].data();
+    attention(kv, std::span<const AttentionSequence>(&one, 1), shape.n_head, params_of(shape), pool, scratch);
+    EXPECT_EQ(together[i], alone[i]) << "sequence " << i;
+    std::vector<float> want(seqs[i].q.size());
+    attention_reference(seqs[i].q.data(), seqs[i].q_pos.data(), cases[i].n_q, shape.n_head, seqs[i].k.data(),
+                        seqs[i].v.data(), cases[i].n_kv, shape.n_kv_head, shape.d_head, params_of(shape), want.data());
+    for (size_t e = 0; e < want.size(); ++e) ASSERT_TRUE(close(together[i][e], want[e])) << "sequence " << i;
+  }
+}
+
+TEST(Attention, RejectsBadInput) {
+  Case c;
+  c.n_kv = 40;
+  c.n_q = 2;
+  c.window = 8;
+  PagedSequence s = make_sequence(c, 300);
+  const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+  std::vector<float> out(s.q.size());
+  ThreadPool pool(2);
+  Scratch scratch(2, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
+  auto run = [&](const AttentionSequence& seq, const AttentionParams& p) {
+    attention(kv, std::span<const AttentionSequence>(&seq, 1), c.n_head, p, pool, scratch);
+  };
+  const AttentionSequence good{s.q.data(), s.q_pos.data(), c.n_q, s.table, c.n_kv, out.data()};
+  EXPECT_NO_THROW(run(good, params_of(c)));
+  // Without the window, the recycled first block is visible: an error, not garbage.
+  AttentionParams no_window = params_of(c);
+  no_window.window = 0;
+  EXPECT_THROW(run(good, no_window), Error);
+  // Position outside the cache.
+  std::vector<int32_t> bad_pos = {38, 40};
+  EXPECT_THROW(run({s.q.data(), bad_pos.data(), 2, s.table, c.n_kv, out.data()}, params_of(c)), Error);
+  // Block table too short for n_kv.
+  EXPECT_THROW(run({s.q.data(), s.q_pos.data(), 2, std::span<const int32_t>(s.table).first(2), c.n_kv, out.data()},
+                   params_of(c)),
+               Error);
+  // Block id beyond the pool.
+  std::vector<int32_t> bad_table = s.table;
+  bad_table.back() = static_cast<int32_t>(s.n_blocks);
+  EXPECT_THROW(run({s.q.data(), s.q_pos.data(), 2, bad_table, c.n_kv, out.data()}, params_of(c)), Error);
+  // Heads that do not split into KV groups, and a scratch that is too small.
+  EXPECT_THROW(attention(kv, std::span<const AttentionSequence>(&good, 1), 3, params_of(c), pool, scratch), Error);
+  Scratch tiny(2, 4);
+  EXPECT_THROW(attention(kv, std::span<const AttentionSequence>(&good, 1), c.n_head, params_of(c), pool, tiny), Error);
+}
+
+}  // namespace
+}  // namespace ridge::kernels
