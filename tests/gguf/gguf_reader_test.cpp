@@ -1,0 +1,243 @@
+// The GGUF reader on real files (the shared fixtures) and on small files built in memory:
+// metadata values and types, tensor layouts and data views, typed getters and their errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "gguf/writer.h"
+
+namespace ridge::gguf {
+namespace {
+
+const std::string kFixtures = RIDGE_FIXTURES;
+const std::string kStories = kFixtures + "/models/stories260K.gguf";
+const std::string kTinyRandom = kFixtures + "/models/llama-2-tiny-random.gguf";
+
+std::vector<uint8_t> read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+// Substring check with a readable failure message.
+#define EXPECT_THROW_WITH(stmt, phrase)                                                  \
+  do {                                                                                  \
+    try {                                                                               \
+      stmt;                                                                             \
+      ADD_FAILURE() << "expected ridge::Error containing \"" << (phrase) << "\"";       \
+    } catch (const ridge::Error& e) {                                                   \
+      EXPECT_NE(std::string(e.what()).find(phrase), std::string::npos)                  \
+          << "message: " << e.what() << "\nexpected to contain: " << (phrase);          \
+    }                                                                                   \
+  } while (0)
+
+TEST(GgufReader, Stories260KLayoutAndMetadata) {
+  File f = File::open(kStories);
+  EXPECT_EQ(f.version(), 3u);
+  EXPECT_EQ(f.alignment(), 32u);
+  EXPECT_EQ(f.data_offset() % 32, 0u);
+  ASSERT_EQ(f.tensors().size(), 48u);
+  for (const TensorInfo& t : f.tensors()) {
+    EXPECT_EQ(t.dtype, DType::F32) << t.name;
+    EXPECT_EQ(t.nbytes, static_cast<size_t>(t.n_elements()) * 4) << t.name;
+    EXPECT_EQ(t.data, f.tensor(t.name).data);
+  }
+
+  EXPECT_EQ(f.get_string("general.architecture"), "llama");
+  EXPECT_EQ(f.get_u64("llama.embedding_length"), 64u);
+  EXPECT_EQ(f.get_u64("llama.feed_forward_length"), 172u);
+  EXPECT_EQ(f.get_u64("llama.block_count"), 5u);
+  EXPECT_EQ(f.get_u64("llama.attention.head_count"), 8u);
+  EXPECT_EQ(f.get_u64("llama.attention.head_count_kv"), 4u);
+  EXPECT_EQ(f.get_u64("llama.rope.dimension_count"), 8u);
+  EXPECT_EQ(f.find("llama.embedding_length")->type, ValueType::UINT32);
+  EXPECT_NEAR(f.get_f64("llama.attention.layer_norm_rms_epsilon"), 1e-5, 1e-10);
+  EXPECT_FALSE(f.has("llama.rope.freq_base"));
+  EXPECT_DOUBLE_EQ(f.get_f64("llama.rope.freq_base", 10000.0), 10000.0);
+
+  const Array& tokens = f.get_array("tokenizer.ggml.tokens");
+  EXPECT_EQ(tokens.elem_type, ValueType::STRING);
+  ASSERT_EQ(tokens.items.size(), 512u);
+  EXPECT_EQ(tokens.items[1].as_string(), "<s>");
+  EXPECT_EQ(tokens.items[3].as_string(), "<0x00>");
+  const Array& types = f.get_array("tokenizer.ggml.token_type");
+  EXPECT_EQ(types.elem_type, ValueType::INT32);
+  EXPECT_EQ(types.items[0].as_i64(), 2);  // <unk> is UNKNOWN
+
+  const TensorInfo& embd = f.tensor("token_embd.weight");
+  EXPECT_EQ(embd.n_dims, 2);
+  EXPECT_EQ(embd.shape_string(), "[64, 512]");
+  EXPECT_EQ(f.tensor("output_norm.weight").shape_string(), "[64]");
+  EXPECT_EQ(f.tensor("blk.0.attn_k.weight").shape_string(), "[64, 32]");  // GQA: 4 kv heads
+  EXPECT_EQ(f.tensor("blk.4.ffn_down.weight").shape_string(), "[172, 64]");
+  EXPECT_EQ(f.find_tensor("blk.5.attn_q.weight"), nullptr);
+  // The last tensor ends exactly at the end of the file.
+  const TensorInfo& last = f.tensor("blk.4.ffn_norm.weight");
+  const uint8_t* file_begin = embd.data - embd.offset - f.data_offset();
+  EXPECT_EQ(last.data + last.nbytes, file_begin + f.file_size());
+}
+
+// The fixture README says every tensor equals the matching array of the llama2.c checkpoint;
+// the embedding is its first array, after a 7-int32 header. This pins the data offset.
+TEST(GgufReader, TensorViewsPointAtTheRightBytes) {
+  File f = File::open(kStories);
+  std::vector<uint8_t> bin = read_all(kFixtures + "/models/stories260K.bin");
+  ASSERT_GE(bin.size(), 28u + 512 * 64 * 4);
+  const TensorInfo& embd = f.tensor("token_embd.weight");
+  ASSERT_EQ(embd.nbytes, 512u * 64 * 4);
+  EXPECT_EQ(std::memcmp(embd.data, bin.data() + 28, embd.nbytes), 0);
+  // rms_att[5][64] follows; layer 0 is blk.0.attn_norm.weight.
+  const TensorInfo& norm0 = f.tensor("blk.0.attn_norm.weight");
+  EXPECT_EQ(std::memcmp(norm0.data, bin.data() + 28 + embd.nbytes, norm0.nbytes), 0);
+}
+
+TEST(GgufReader, TinyRandomHasF16Tensors) {
+  File f = File::open(kTinyRandom);
+  ASSERT_EQ(f.tensors().size(), 12u);
+  const TensorInfo& embd = f.tensor("token_embd.weight");
+  EXPECT_EQ(embd.dtype, DType::F16);
+  EXPECT_EQ(embd.shape_string(), "[8, 32000]");
+  EXPECT_EQ(embd.nbytes, 8u * 32000 * 2);
+  EXPECT_EQ(f.tensor("blk.0.ffn_down.weight").shape_string(), "[32, 8]");
+  EXPECT_EQ(f.tensor("output_norm.weight").dtype, DType::F32);
+  EXPECT_EQ(f.get_u64("general.file_type"), 1u);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").items.size(), 32000u);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.scores").elem_type, ValueType::FLOAT32);
+}
+
+struct VocabCase {
+  const char* file;
+  const char* arch;
+  const char* model;
+  size_t n_vocab;
+  size_t n_merges;  // 0: the vocab has scores instead of merges
+};
+
+TEST(GgufReader, VocabOnlyFilesHaveNoTensors) {
+  const VocabCase cases[] = {
+      {"ggml-vocab-llama-spm.gguf", "llama", "llama", 32000, 0},
+      {"ggml-vocab-phi-3.gguf", "phi3", "llama", 32064, 0},
+      {"ggml-vocab-gpt-2.gguf", "gpt2", "gpt2", 50257, 50000},
+      {"ggml-vocab-deepseek-coder.gguf", "llama", "gpt2", 32256, 31757},
+      {"ggml-vocab-mpt.gguf", "mpt", "gpt2", 50432, 50009},
+      {"ggml-vocab-refact.gguf", "refact", "gpt2", 49216, 48891},
+      {"ggml-vocab-starcoder.gguf", "starcoder2", "gpt2", 49152, 48872},
+  };
+  for (const VocabCase& c : cases) {
+    SCOPED_TRACE(c.file);
+    File f = File::open(kFixtures + "/vocab/" + c.file);
+    EXPECT_EQ(f.version(), 3u);
+    EXPECT_TRUE(f.tensors().empty());
+    EXPECT_EQ(f.get_string("general.architecture"), c.arch);
+    EXPECT_EQ(f.get_string("tokenizer.ggml.model"), c.model);
+    EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").items.size(), c.n_vocab);
+    const Array* merges = f.find_array("tokenizer.ggml.merges");
+    if (c.n_merges == 0) {
+      EXPECT_EQ(merges, nullptr);
+    } else {
+      ASSERT_NE(merges, nullptr);
+      EXPECT_EQ(merges->items.size(), c.n_merges);
+    }
+  }
+  File gpt2 = File::open(kFixtures + "/vocab/ggml-vocab-gpt-2.gguf");
+  EXPECT_EQ(gpt2.get_array("tokenizer.ggml.merges").items[0].as_string(), "Ġ t");
+}
+
+TEST(GgufReader, GettersCheckPresenceAndType) {
+  File f = File::open(kStories);
+  EXPECT_THROW_WITH(f.get_string("no.such.key"), "missing metadata key 'no.such.key'");
+  EXPECT_THROW_WITH(f.get_u64("general.architecture"), "key 'general.architecture'");
+  EXPECT_THROW_WITH(f.get_u64("general.architecture"), "is string");
+  EXPECT_THROW_WITH(f.get_string("llama.block_count"), "is uint32");
+  EXPECT_THROW_WITH(f.get_bool("llama.block_count"), "expected bool");
+  EXPECT_THROW_WITH(f.get_array("llama.block_count"), "expected array");
+  EXPECT_THROW_WITH(f.find_array("general.name"), "expected array");
+  EXPECT_THROW_WITH(f.tensor("missing.weight"), "no tensor named 'missing.weight'");
+  // A present key of the wrong type throws even with a fallback.
+  EXPECT_THROW_WITH(f.get_u64("general.architecture", 7), "is string");
+  EXPECT_EQ(f.get_u64("absent", 7), 7u);
+  EXPECT_EQ(f.get_i64("absent", -3), -3);
+  EXPECT_EQ(f.get_string("absent", "x"), "x");
+  EXPECT_TRUE(f.get_bool("absent", true));
+  EXPECT_EQ(f.find_array("absent"), nullptr);
+  // Integers widen across signedness when they fit; floats accept any number.
+  EXPECT_EQ(f.get_i64("llama.block_count"), 5);
+  EXPECT_DOUBLE_EQ(f.get_f64("llama.block_count"), 5.0);
+  EXPECT_EQ(f.get_u64("tokenizer.ggml.seperator_token_id"), 4294967295u);
+  EXPECT_THROW_WITH(f.get_i64("llama.attention.layer_norm_rms_epsilon"), "expected an integer");
+}
+
+TEST(GgufReader, ValueAccessorsCheckRange) {
+  Value negative{ValueType::INT32, int64_t{-5}};
+  EXPECT_EQ(negative.as_i64(), -5);
+  EXPECT_THROW_WITH(negative.as_u64(), "negative");
+  Value huge{ValueType::UINT64, uint64_t{1} << 63};
+  EXPECT_EQ(huge.as_u64(), uint64_t{1} << 63);
+  EXPECT_THROW_WITH(huge.as_i64(), "does not fit in int64");
+  Value flag{ValueType::BOOL, true};
+  EXPECT_TRUE(flag.as_bool());
+  EXPECT_FALSE(flag.is_number());
+  EXPECT_THROW_WITH(flag.as_f64(), "is bool");
+  Value x{ValueType::FLOAT32, 0.5};
+  EXPECT_TRUE(x.is_number());
+  EXPECT_FALSE(x.is_integer());
+  EXPECT_THROW_WITH(x.as_string(), "is float32");
+}
+
+TEST(GgufReader, ToStringElidesLongArrays) {
+  Array a{ValueType::INT32, {}};
+  for (int i = 0; i < 20; ++i) a.items.push_back(Value{ValueType::INT32, int64_t{i}});
+  Value v{ValueType::ARRAY, a};
+  EXPECT_EQ(v.to_string(3), "[0, 1, 2, ... (20 items)]");
+  EXPECT_EQ((Value{ValueType::STRING, std::string("a\"b\n")}).to_string(), "\"a\\\"b\\n\"");
+  EXPECT_EQ((Value{ValueType::BOOL, false}).to_string(), "false");
+  EXPECT_EQ((Value{ValueType::FLOAT32, 0.25}).to_string(), "0.25");
+  EXPECT_EQ(value_type_name(ValueType::UINT16), "uint16");
+  TensorInfo scalar;
+  EXPECT_EQ(scalar.shape_string(), "[]");
+}
+
+TEST(GgufReader, AcceptsVersion2) {
+  Writer w;
+  w.set_u32("answer", 42);
+  std::vector<float> data(16, 1.5f);
+  w.add_tensor("t", DType::F32, {16}, {reinterpret_cast<const uint8_t*>(data.data()), 64});
+  std::vector<uint8_t> bytes = w.to_bytes();
+  bytes[4] = 2;  // v3 only added big-endian files; a little-endian v2 reads the same
+  File f = File::parse(bytes, "v2");
+  EXPECT_EQ(f.version(), 2u);
+  EXPECT_EQ(f.get_u64("answer"), 42u);
+  float first = 0;
+  std::memcpy(&first, f.tensor("t").data, 4);
+  EXPECT_EQ(first, 1.5f);
+}
+
+TEST(GgufReader, OpenNamesPathOnMissingFile) {
+  EXPECT_THROW_WITH(File::open("/nonexistent/x.gguf"), "/nonexistent/x.gguf");
+}
+
+TEST(GgufReader, ParseErrorsNameTheSource) {
+  std::vector<uint8_t> junk(64, 0x41);
+  EXPECT_THROW_WITH(File::parse(junk, "junk.bin"), "junk.bin: bad magic");
+  EXPECT_THROW_WITH(File::parse(junk, "junk.bin"), "at offset 0");
+}
+
+// A file opened from disk keeps its mapping alive after the File is moved.
+TEST(GgufReader, MovedFileKeepsTensorViewsValid) {
+  std::vector<File> files;
+  files.push_back(File::open(kStories));
+  File moved = std::move(files.back());
+  files.clear();
+  const TensorInfo& t = moved.tensor("output_norm.weight");
+  float x = 0;
+  std::memcpy(&x, t.data, sizeof x);
+  EXPECT_GT(x, 0.0f);  // RMSNorm gains of a trained model are positive
+}
+
+}  // namespace
+}  // namespace ridge::gguf
