@@ -1,0 +1,476 @@
+#include "kv/kv_cache.h"
+
+#include <algorithm>
+#include <cassert>
+#include <cstdio>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <utility>
+
+#include "core/error.h"
+
+namespace ridge {
+namespace {
+
+constexpr size_t kBaseAlignment = 4096;  // page-aligned base, so huge pages can back it
+constexpr size_t kPoolAlignment = 64;    // every K or V pool starts on a cache line
+
+size_t round_up(size_t n, size_t multiple) { return (n + multiple - 1) / multiple * multiple; }
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char buffer[32];
+  std::snprintf(buffer, sizeof buffer, "%.1f %s", bytes, units[unit]);
+  return buffer;
+}
+
+void validate(const KvCacheConfig& c) {
+  if (c.layers.empty()) throw Error("kv cache: config has no layers");
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    const KvLayerSpec& l = c.layers[il];
+    if (l.n_kv_head < 1) {
+      throw Error(str_cat("kv cache: layer ", il, ": n_kv_head must be positive, got ",
+                          l.n_kv_head));
+    }
+    if (l.d_head < 1) {
+      throw Error(str_cat("kv cache: layer ", il, ": d_head must be positive, got ", l.d_head));
+    }
+    if (l.window < 0) {
+      throw Error(str_cat("kv cache: layer ", il,
+                          ": window must be positive (or 0 for global attention), got ",
+                          l.window));
+    }
+  }
+  if (c.block_size < 1) {
+    throw Error(str_cat("kv cache: block_size must be positive, got ", c.block_size));
+  }
+  if (c.dtype != DType::F32 && c.dtype != DType::F16) {
+    throw Error(str_cat("kv cache: dtype ", dtype_name(c.dtype),
+                        " is not supported for K/V (f32 or f16)"));
+  }
+  if (c.max_sequences < 1) {
+    throw Error(str_cat("kv cache: max_sequences must be positive, got ", c.max_sequences));
+  }
+  if (c.max_context < 1) {
+    throw Error(str_cat("kv cache: max_context must be positive, got ", c.max_context));
+  }
+  if (c.max_step_tokens < 1) {
+    throw Error(str_cat("kv cache: max_step_tokens must be positive, got ",
+                        c.max_step_tokens));
+  }
+}
+
+}  // namespace
+
+std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
+                                           int32_t window) {
+  return std::vector<KvLayerSpec>(static_cast<size_t>(std::max(n_layer, 0)),
+                                  KvLayerSpec{n_kv_head, d_head, window});
+}
+
+int32_t kv_window_blocks(int32_t window, int32_t step_tokens, int32_t block_size,
+                         int32_t max_context) {
+  assert(window > 0 && step_tokens > 0 && block_size > 0 && max_context > 0);
+  const int64_t span_blocks = ceil_div(int64_t{window} + step_tokens - 2, block_size) + 1;
+  return static_cast<int32_t>(std::min(span_blocks, ceil_div(max_context, block_size)));
+}
+
+void* KvLayerView::k_row(int32_t block, int32_t offset) const {
+  assert(block >= 0 && block < n_blocks && offset >= 0 && offset < block_size);
+  return static_cast<std::byte*>(k) +
+         (static_cast<size_t>(block) * static_cast<size_t>(block_size) +
+          static_cast<size_t>(offset)) * row_bytes;
+}
+
+void* KvLayerView::v_row(int32_t block, int32_t offset) const {
+  assert(block >= 0 && block < n_blocks && offset >= 0 && offset < block_size);
+  return static_cast<std::byte*>(v) +
+         (static_cast<size_t>(block) * static_cast<size_t>(block_size) +
+          static_cast<size_t>(offset)) * row_bytes;
+}
+
+void KvCache::FreeBytes::operator()(std::byte* p) const {
+  ::operator delete[](p, std::align_val_t{kBaseAlignment});
+}
+
+KvCache::KvCache(const KvCacheConfig& config) {
+  validate(config);
+  layers_ = config.layers;
+  block_size_ = config.block_size;
+  dtype_ = config.dtype;
+  max_context_ = config.max_context;
+  max_step_tokens_ = std::min(config.max_step_tokens, config.max_context);
+  max_blocks_per_sequence_ = static_cast<int32_t>(ceil_div(max_context_, block_size_));
+  const size_t element_bytes = type_traits(dtype_).type_size;
+
+  // Group layers by window: global first, then ascending window.
+  std::vector<int32_t> windows;
+  for (const KvLayerSpec& l : layers_) windows.push_back(l.window);
+  std::sort(windows.begin(), windows.end());
+  windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
+  for (int32_t w : windows) groups_.push_back(KvGroup{w, {}, 0, 0});
+  group_of_layer_.resize(layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    const KvLayerSpec& l = layers_[il];
+    const int g = static_cast<int>(
+        std::lower_bound(windows.begin(), windows.end(), l.window) - windows.begin());
+    group_of_layer_[il] = g;
+    groups_[static_cast<size_t>(g)].layers.push_back(static_cast<int32_t>(il));
+    const size_t token_bytes = 2 * static_cast<size_t>(l.n_kv_head) *
+                               static_cast<size_t>(l.d_head) * element_bytes;
+    bytes_per_token_ += token_bytes;
+    groups_[static_cast<size_t>(g)].bytes_per_block +=
+        token_bytes * static_cast<size_t>(block_size_);
+  }
+
+  // Blocks per group from the budget (policy in the header). Pools are padded to 64 bytes,
+  // so the padded total is checked against the budget and the last group's count lowered
+  // until it fits: the allocation never exceeds budget_bytes.
+  std::vector<size_t> row_bytes(layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    row_bytes[il] = static_cast<size_t>(layers_[il].n_kv_head) *
+                    static_cast<size_t>(layers_[il].d_head) * element_bytes;
+  }
+  auto padded_total = [&] {
+    size_t total = 0;
+    for (size_t il = 0; il < layers_.size(); ++il) {
+      const KvGroup& g = groups_[static_cast<size_t>(group_of_layer_[il])];
+      const auto n_blocks = static_cast<size_t>(g.n_blocks);
+      total += 2 * round_up(n_blocks * static_cast<size_t>(block_size_) * row_bytes[il],
+                            kPoolAlignment);
+    }
+    return total;
+  };
+  const int64_t all_contexts = int64_t{config.max_sequences} * max_blocks_per_sequence_;
+  constexpr int64_t kMaxBlocks = std::numeric_limits<int32_t>::max();
+  const bool has_global = groups_.front().window == 0;
+  size_t windowed_bytes_per_block = 0;  // one block in every windowed group
+  size_t windowed_need_bytes = 0;
+  for (KvGroup& g : groups_) {
+    if (g.window == 0) continue;
+    const int64_t need = int64_t{config.max_sequences} *
+                         kv_window_blocks(g.window, max_step_tokens_, block_size_, max_context_);
+    g.n_blocks = static_cast<int32_t>(std::min(need, kMaxBlocks));
+    windowed_bytes_per_block += g.bytes_per_block;
+    windowed_need_bytes += static_cast<size_t>(g.n_blocks) * g.bytes_per_block;
+  }
+  if (has_global) {
+    KvGroup& global = groups_.front();
+    const size_t rest = config.budget_bytes > windowed_need_bytes
+                            ? config.budget_bytes - windowed_need_bytes : 0;
+    global.n_blocks = static_cast<int32_t>(std::min(
+        {static_cast<int64_t>(rest / global.bytes_per_block), all_contexts, kMaxBlocks}));
+    while (global.n_blocks > 0 && padded_total() > config.budget_bytes) --global.n_blocks;
+    if (global.n_blocks < 1) {
+      throw Error(str_cat(
+          "kv cache: budget of ", config.budget_bytes, " bytes is too small: ",
+          windowed_need_bytes > 0
+              ? str_cat("the sliding-window layers need ", windowed_need_bytes, " bytes for ",
+                        config.max_sequences, " sequences (max_step_tokens ",
+                        max_step_tokens_, "), plus ")
+              : std::string(),
+          "one block of the global layers takes ", global.bytes_per_block, " bytes"));
+    }
+  } else {
+    // All layers windowed: every group gets the same count, capped at its need.
+    std::vector<int32_t> need;
+    for (const KvGroup& g : groups_) need.push_back(g.n_blocks);
+    int64_t fit = std::min(static_cast<int64_t>(config.budget_bytes / windowed_bytes_per_block),
+                           kMaxBlocks);
+    for (;;) {
+      for (size_t g = 0; g < groups_.size(); ++g) {
+        groups_[g].n_blocks = static_cast<int32_t>(std::min<int64_t>(need[g], fit));
+      }
+      if (fit < 1 || padded_total() <= config.budget_bytes) break;
+      --fit;
+    }
+    if (fit < 1) {
+      throw Error(str_cat("kv cache: budget of ", config.budget_bytes,
+                          " bytes is too small for one block (", windowed_bytes_per_block,
+                          " bytes over all layers)"));
+    }
+  }
+
+  // Storage: per layer a K pool then a V pool, each [n_blocks][block_size][n_kv][d_head].
+  size_t offset = 0;
+  storage_layout_.resize(layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    LayerStorage& s = storage_layout_[il];
+    s.row_bytes = row_bytes[il];
+    s.n_blocks = groups_[static_cast<size_t>(group_of_layer_[il])].n_blocks;
+    const size_t pool_bytes = round_up(
+        static_cast<size_t>(s.n_blocks) * static_cast<size_t>(block_size_) * s.row_bytes,
+        kPoolAlignment);
+    s.k_offset = offset;
+    s.v_offset = offset + pool_bytes;
+    offset += 2 * pool_bytes;
+  }
+  total_bytes_ = offset;
+  assert(total_bytes_ == padded_total() && total_bytes_ <= config.budget_bytes);
+  try {
+    storage_.reset(static_cast<std::byte*>(
+        ::operator new[](total_bytes_, std::align_val_t{kBaseAlignment})));
+  } catch (const std::bad_alloc&) {
+    throw Error(str_cat("kv cache: cannot allocate ", total_bytes_, " bytes (",
+                        format_bytes(static_cast<double>(total_bytes_)), ")"));
+  }
+  // Touching every page now makes an over-committed budget fail here, not mid-request, and
+  // keeps never-written slots finite.
+  std::memset(storage_.get(), 0, total_bytes_);
+
+  for (const KvGroup& g : groups_) pools_.emplace_back(g.n_blocks);
+  sequences_.resize(static_cast<size_t>(config.max_sequences));
+}
+
+KvCache::~KvCache() = default;
+
+const KvGroup& KvCache::group(int g) const {
+  if (g < 0 || g >= n_groups()) {
+    throw Error(str_cat("kv cache: group ", g, " outside 0..", n_groups() - 1));
+  }
+  return groups_[static_cast<size_t>(g)];
+}
+
+int KvCache::group_of_layer(int32_t il) const {
+  if (il < 0 || il >= n_layer()) {
+    throw Error(str_cat("kv cache: layer ", il, " outside 0..", n_layer() - 1));
+  }
+  return group_of_layer_[static_cast<size_t>(il)];
+}
+
+const BlockPool& KvCache::pool(int g) const {
+  group(g);  // range check
+  return pools_[static_cast<size_t>(g)];
+}
+
+std::string KvCache::summary() const {
+  std::string blocks;
+  if (groups_.size() == 1) {
+    blocks = str_cat(groups_[0].n_blocks, " blocks");
+  } else {
+    blocks = "blocks (";
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      if (g > 0) blocks += ", ";
+      blocks += groups_[g].window == 0
+                    ? str_cat("global: ", groups_[g].n_blocks)
+                    : str_cat("window ", groups_[g].window, ": ", groups_[g].n_blocks);
+    }
+    blocks += ")";
+  }
+  return str_cat("kv cache: ", blocks, " x ", block_size_, " tokens, ",
+                 format_bytes(static_cast<double>(bytes_per_token_)), "/token, ",
+                 format_bytes(static_cast<double>(total_bytes_)), " total (",
+                 dtype_name(dtype_), ")");
+}
+
+const KvCache::Sequence& KvCache::sequence(int32_t seq, const char* what) const {
+  if (seq < 0 || seq >= max_sequences()) {
+    throw Error(str_cat("kv cache: ", what, ": sequence ", seq, " outside 0..",
+                        max_sequences() - 1));
+  }
+  const Sequence& s = sequences_[static_cast<size_t>(seq)];
+  if (!s.active) throw Error(str_cat("kv cache: ", what, ": sequence ", seq, " not added"));
+  return s;
+}
+
+KvCache::Sequence& KvCache::sequence(int32_t seq, const char* what) {
+  return const_cast<Sequence&>(std::as_const(*this).sequence(seq, what));
+}
+
+void KvCache::add_sequence(int32_t seq) {
+  if (seq < 0 || seq >= max_sequences()) {
+    throw Error(str_cat("kv cache: add_sequence: sequence ", seq, " outside 0..",
+                        max_sequences() - 1));
+  }
+  Sequence& s = sequences_[static_cast<size_t>(seq)];
+  if (s.active) throw Error(str_cat("kv cache: add_sequence: sequence ", seq, " already added"));
+  s.table.resize(groups_.size());
+  for (std::vector<int32_t>& t : s.table) {
+    t.clear();
+    t.reserve(static_cast<size_t>(max_blocks_per_sequence_));
+  }
+  s.first_live.assign(groups_.size(), 0);
+  s.n_tokens = 0;
+  s.active = true;
+  ++n_active_;
+}
+
+bool KvCache::has_sequence(int32_t seq) const {
+  return seq >= 0 && seq < max_sequences() && sequences_[static_cast<size_t>(seq)].active;
+}
+
+int32_t KvCache::blocks_to_add(const Sequence& s, int32_t n_new_tokens) const {
+  const int64_t want = ceil_div(int64_t{s.n_tokens} + n_new_tokens, block_size_);
+  return static_cast<int32_t>(std::max<int64_t>(0, want - static_cast<int64_t>(s.table[0].size())));
+}
+
+bool KvCache::can_reserve(int32_t seq, int32_t n_new_tokens) const {
+  const Sequence& s = sequence(seq, "reserve");
+  if (n_new_tokens < 0) {
+    throw Error(str_cat("kv cache: reserve: sequence ", seq, ": negative token count ",
+                        n_new_tokens));
+  }
+  if (int64_t{s.n_tokens} + n_new_tokens > max_context_) {
+    throw Error(str_cat("kv cache: reserve: sequence ", seq, " would hold ",
+                        int64_t{s.n_tokens} + n_new_tokens, " tokens, past max_context ",
+                        max_context_));
+  }
+  const int32_t need = blocks_to_add(s, n_new_tokens);
+  for (const BlockPool& p : pools_) {
+    if (p.n_free() < need) return false;
+  }
+  return true;
+}
+
+bool KvCache::reserve(int32_t seq, int32_t n_new_tokens) {
+  if (!can_reserve(seq, n_new_tokens)) return false;
+  Sequence& s = sequences_[static_cast<size_t>(seq)];
+  const int32_t need = blocks_to_add(s, n_new_tokens);
+  for (size_t g = 0; g < pools_.size(); ++g) {
+    for (int32_t i = 0; i < need; ++i) {
+      const int32_t block = pools_[g].allocate();
+      assert(block != BlockPool::kNoBlock);
+      s.table[g].push_back(block);  // capacity reserved at add_sequence: no allocation
+    }
+  }
+  return true;
+}
+
+void KvCache::commit(int32_t seq, int32_t n) {
+  Sequence& s = sequence(seq, "commit");
+  if (n < 0 || int64_t{s.n_tokens} + n > capacity(seq)) {
+    throw Error(str_cat("kv cache: commit: sequence ", seq, ": ", n, " tokens after ",
+                        s.n_tokens, " exceed the reserved ", capacity(seq)));
+  }
+  s.n_tokens += n;
+}
+
+int32_t KvCache::n_tokens(int32_t seq) const { return sequence(seq, "n_tokens").n_tokens; }
+
+int32_t KvCache::capacity(int32_t seq) const {
+  return static_cast<int32_t>(sequence(seq, "capacity").table[0].size()) * block_size_;
+}
+
+std::span<const int32_t> KvCache::block_table(int32_t seq, int g) const {
+  const Sequence& s = sequence(seq, "block_table");
+  group(g);  // range check
+  return s.table[static_cast<size_t>(g)];
+}
+
+KvSlot KvCache::slot(int32_t seq, int g, int32_t pos) const {
+  const std::span<const int32_t> table = block_table(seq, g);
+  const int64_t reserved = static_cast<int64_t>(table.size()) * block_size_;
+  if (pos < 0 || pos >= reserved) {
+    throw Error(str_cat("kv cache: slot: sequence ", seq, ": position ", pos,
+                        " outside the reserved 0..", reserved - 1));
+  }
+  const int32_t block = table[static_cast<size_t>(pos / block_size_)];
+  if (block < 0) {
+    throw Error(str_cat("kv cache: slot: sequence ", seq, ": position ", pos, " of group ", g,
+                        " was recycled (left the window of ",
+                        groups_[static_cast<size_t>(g)].window, ")"));
+  }
+  return KvSlot{block, pos % block_size_};
+}
+
+int32_t KvCache::recycle_window(int32_t seq) {
+  Sequence& s = sequence(seq, "recycle_window");
+  int32_t freed = 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int32_t window = groups_[g].window;
+    if (window == 0) continue;
+    const int64_t first_needed = int64_t{s.n_tokens} - window + 1;
+    std::vector<int32_t>& table = s.table[g];
+    int32_t& first_live = s.first_live[g];
+    while (first_live < static_cast<int32_t>(table.size()) &&
+           int64_t{first_live + 1} * block_size_ <= first_needed) {
+      pools_[g].release(table[static_cast<size_t>(first_live)]);
+      table[static_cast<size_t>(first_live)] = BlockPool::kNoBlock;
+      ++first_live;
+      ++freed;
+    }
+  }
+  return freed;
+}
+
+void KvCache::free_sequence(int32_t seq) {
+  Sequence& s = sequence(seq, "free_sequence");
+  // Last block first: when freed blocks are later kept for prefix reuse, the FIFO free
+  // queue then evicts a sequence's tail before its (more shareable) head.
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int32_t>& table = s.table[g];
+    for (int32_t i = static_cast<int32_t>(table.size()) - 1; i >= s.first_live[g]; --i) {
+      pools_[g].release(table[static_cast<size_t>(i)]);
+    }
+    table.clear();
+  }
+  s.n_tokens = 0;
+  s.active = false;
+  --n_active_;
+}
+
+bool KvCache::can_fit(int32_t n_tokens) const {
+  if (n_tokens < 0 || n_tokens > max_context_ || n_active_ == max_sequences()) return false;
+  const int64_t need = ceil_div(n_tokens, block_size_);
+  for (const BlockPool& p : pools_) {
+    if (p.n_free() < need) return false;
+  }
+  return true;
+}
+
+int32_t KvCache::max_tokens_per_sequence() const {
+  int64_t limit = max_context_;
+  for (const KvGroup& g : groups_) {
+    const int64_t held = int64_t{g.n_blocks} * block_size_;
+    // A windowed pool that holds one window plus the block being filled recycles forever
+    // when decoding; a smaller one stops the sequence once it is full.
+    if (g.window > 0 && g.n_blocks >= kv_window_blocks(g.window, 1, block_size_, max_context_)) {
+      continue;
+    }
+    limit = std::min(limit, held);
+  }
+  return static_cast<int32_t>(limit);
+}
+
+KvLayerView KvCache::layer(int32_t il) const {
+  const int g = group_of_layer(il);
+  const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
+  const LayerStorage& s = storage_layout_[static_cast<size_t>(il)];
+  KvLayerView view;
+  view.k = storage_.get() + s.k_offset;
+  view.v = storage_.get() + s.v_offset;
+  view.n_blocks = groups_[static_cast<size_t>(g)].n_blocks;
+  view.block_size = block_size_;
+  view.n_kv_head = l.n_kv_head;
+  view.d_head = l.d_head;
+  view.dtype = dtype_;
+  view.row_bytes = s.row_bytes;
+  return view;
+}
+
+void* KvCache::row(int32_t il, int32_t block, int32_t offset, bool is_v) const {
+  assert(il >= 0 && il < n_layer());
+  const LayerStorage& s = storage_layout_[static_cast<size_t>(il)];
+  assert(block >= 0 && block < s.n_blocks && offset >= 0 && offset < block_size_);
+  return storage_.get() + (is_v ? s.v_offset : s.k_offset) +
+         (static_cast<size_t>(block) * static_cast<size_t>(block_size_) +
+          static_cast<size_t>(offset)) * s.row_bytes;
+}
+
+void* KvCache::k_row(int32_t il, int32_t block, int32_t offset) const {
+  return row(il, block, offset, false);
+}
+
+void* KvCache::v_row(int32_t il, int32_t block, int32_t offset) const {
+  return row(il, block, offset, true);
+}
+
+}  // namespace ridge

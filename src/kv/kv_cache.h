@@ -1,0 +1,227 @@
+// The paged KV cache: K/V storage for every layer, allocated once from a memory budget,
+// and per-sequence block tables that map token positions to (block, offset) slots.
+//
+//   KvCacheConfig config;
+//   config.layers = uniform_kv_layers(/*n_layer=*/28, /*n_kv_head=*/2, /*d_head=*/128);
+//   config.budget_bytes = size_t{1} << 30;
+//   config.max_sequences = 8;
+//   KvCache cache(config);                 // log cache.summary()
+//   cache.add_sequence(0);
+//   if (cache.reserve(0, n_prompt)) {      // false: not enough free blocks, nothing changed
+//     KvSlot s = cache.slot(0, cache.group_of_layer(il), pos);
+//     float* k = static_cast<float*>(cache.k_row(il, s.block, s.offset));  // [n_kv_head][d_head]
+//     ...                                  // write K/V of every new token, run attention
+//     cache.commit(0, n_prompt);
+//     cache.recycle_window(0);             // sliding-window layers drop what left the window
+//   }
+//   cache.free_sequence(0);
+//
+// Layer groups. Layers with the same sliding window (0 = global attention) form a group
+// with its own block pool and its own block table per sequence: all layers of a group
+// store token j in the same slot, and a windowed group can free blocks no future query can
+// see (their table entry becomes -1) while the global group keeps everything. Gemma 3
+// (5 local : 1 global) has two groups, Mistral one windowed group, Llama and Qwen one
+// global group. A sequence's tables have the same length in every group: logical block i
+// holds positions [i * block_size, (i + 1) * block_size).
+//
+// Budget policy (how budget_bytes becomes blocks per group):
+//  - A windowed group gets exactly what max_sequences sequences can have live at once:
+//    kv_window_blocks(window, max_step_tokens) blocks each (see below), since recycling
+//    caps what one sequence holds no matter how long it grows.
+//  - The global group gets the rest of the budget, but never more blocks than
+//    max_sequences sequences at max_context tokens can use.
+//  - With no global group (all layers windowed) every group gets
+//    min(its need, budget / sum of the groups' bytes per block) blocks.
+//  A budget that cannot give each group one block, or that cannot cover the windowed
+//  groups' need when a global group exists, is an error naming the numbers.
+//
+// Recycling rule. Keys a query at position q may attend in a layer with window W are
+// positions q - W + 1 .. q. Every query not yet computed is at a position >= n_tokens
+// (committed tokens), so positions < n_tokens - W + 1 can never be read again, even by
+// the first query of a long prefill chunk. recycle_window frees a block when all its
+// positions are below that bound. Call it after commit, once per step.
+//
+// Sequence ids are slots 0 .. max_sequences - 1 chosen by the caller (the engine maps
+// requests to slots); tables are preallocated at add_sequence so that reserve, commit,
+// slot, recycle_window and free_sequence never allocate.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "kv/block_pool.h"
+
+namespace ridge {
+
+struct KvLayerSpec {
+  int32_t n_kv_head = 0;
+  int32_t d_head = 0;
+  int32_t window = 0;  // sliding window in tokens (q attends q - window + 1 .. q); 0 = global
+};
+
+// n_layer identical layers with the same window.
+std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
+                                           int32_t window = 0);
+
+struct KvCacheConfig {
+  std::vector<KvLayerSpec> layers;  // one per model layer, in layer order (il)
+  int32_t block_size = 16;          // tokens per block
+  DType dtype = DType::F32;         // K/V element type: F32, or F16 (storage only for now)
+  size_t budget_bytes = 0;          // memory for all K/V pools together
+  int32_t max_sequences = 1;        // sequence slots; windowed groups are sized for all of them
+  int32_t max_context = 4096;       // most tokens one sequence may hold (the model's context)
+  int32_t max_step_tokens = 512;    // most tokens one sequence adds in one step (prefill chunk)
+};
+
+// Blocks one sequence can have live in a group with this window when each step adds at
+// most step_tokens tokens and recycle_window runs after every commit: the keys of a step
+// span window + step_tokens - 1 positions, which touch at most
+// ceil((window + step_tokens - 2) / block_size) + 1 blocks; never more than a whole
+// context's worth, ceil(max_context / block_size).
+int32_t kv_window_blocks(int32_t window, int32_t step_tokens, int32_t block_size,
+                         int32_t max_context);
+
+struct KvGroup {
+  int32_t window = 0;            // 0 = global attention
+  std::vector<int32_t> layers;   // il of the member layers, ascending
+  int32_t n_blocks = 0;          // blocks in this group's pool
+  size_t bytes_per_block = 0;    // K and V of one block in every member layer
+};
+
+struct KvSlot {
+  int32_t block = 0;   // block id in the group's pool
+  int32_t offset = 0;  // 0 .. block_size - 1
+};
+
+// One layer's storage as the attention kernel reads it. Both pools are
+// [n_blocks][block_size][n_kv_head][d_head] of dtype, 64-byte aligned.
+struct KvLayerView {
+  void* k = nullptr;
+  void* v = nullptr;
+  int32_t n_blocks = 0;
+  int32_t block_size = 0;
+  int32_t n_kv_head = 0;
+  int32_t d_head = 0;
+  DType dtype = DType::F32;
+  size_t row_bytes = 0;  // one slot: n_kv_head * d_head elements
+
+  void* k_row(int32_t block, int32_t offset) const;  // [n_kv_head][d_head]
+  void* v_row(int32_t block, int32_t offset) const;
+};
+
+class KvCache {
+ public:
+  // Validates the configuration (throws ridge::Error naming the field and value) and
+  // allocates and zeroes all K/V storage in one allocation.
+  explicit KvCache(const KvCacheConfig& config);
+  ~KvCache();
+  KvCache(const KvCache&) = delete;
+  KvCache& operator=(const KvCache&) = delete;
+
+  // --- shape and size
+  int32_t n_layer() const { return static_cast<int32_t>(layers_.size()); }
+  int32_t block_size() const { return block_size_; }
+  DType dtype() const { return dtype_; }
+  int32_t max_sequences() const { return static_cast<int32_t>(sequences_.size()); }
+  int32_t max_context() const { return max_context_; }
+  int32_t max_step_tokens() const { return max_step_tokens_; }
+  int n_groups() const { return static_cast<int>(groups_.size()); }
+  // Groups are ordered global first (if any), then by ascending window.
+  const KvGroup& group(int g) const;
+  int group_of_layer(int32_t il) const;
+  // K and V bytes of one token in all layers: sum over layers of 2 * n_kv_head * d_head *
+  // element size. What a token costs in a cache without windows.
+  size_t bytes_per_token() const { return bytes_per_token_; }
+  size_t total_bytes() const { return total_bytes_; }  // the one allocation
+  // "kv cache: 1024 blocks x 16 tokens, 36.0 KiB/token, 576.0 MiB total (f32)"; with
+  // several groups the block counts are listed per group.
+  std::string summary() const;
+
+  // --- blocks
+  const BlockPool& pool(int g) const;
+  int32_t n_free_blocks(int g) const { return pool(g).n_free(); }
+  int32_t n_used_blocks(int g) const { return pool(g).n_used(); }
+
+  // --- sequences (seq is a slot in 0 .. max_sequences - 1; misuse throws ridge::Error)
+  void add_sequence(int32_t seq);
+  bool has_sequence(int32_t seq) const;
+  int32_t n_sequences() const { return n_active_; }
+  // Makes room for n_new_tokens more tokens after the committed ones (capacity covers
+  // n_tokens + n_new_tokens), taking blocks in every group. Returns false, changing
+  // nothing, if some group lacks free blocks. Throws past max_context.
+  bool reserve(int32_t seq, int32_t n_new_tokens);
+  bool can_reserve(int32_t seq, int32_t n_new_tokens) const;
+  // Marks n more tokens as written (K/V stored); they must lie within the reservation.
+  void commit(int32_t seq, int32_t n);
+  int32_t n_tokens(int32_t seq) const;
+  int32_t capacity(int32_t seq) const;  // tokens reserved: table length * block_size
+  // Block ids of logical blocks 0, 1, ...; -1 for blocks recycled out of the window.
+  std::span<const int32_t> block_table(int32_t seq, int g) const;
+  // Where position pos (reserved, not recycled) lives in group g.
+  KvSlot slot(int32_t seq, int g, int32_t pos) const;
+  // Frees windowed-group blocks whose positions are all < n_tokens - window + 1 (see the
+  // rule above). Returns how many blocks were freed over all groups.
+  int32_t recycle_window(int32_t seq);
+  // Returns all of the sequence's blocks (last block first) and frees its slot.
+  void free_sequence(int32_t seq);
+
+  // --- capacity
+  // Whether a new sequence holding n_tokens could be added and reserved now: a free
+  // sequence slot, n_tokens <= max_context, and ceil(n_tokens / block_size) free blocks in
+  // every group.
+  bool can_fit(int32_t n_tokens) const;
+  // The longest sequence the cache could hold if it were the only one, decoding one token
+  // per step: limited by max_context, the global pool, and any windowed pool too small to
+  // hold one window.
+  int32_t max_tokens_per_sequence() const;
+
+  // --- storage
+  KvLayerView layer(int32_t il) const;
+  void* k_row(int32_t il, int32_t block, int32_t offset) const;  // [n_kv_head][d_head]
+  void* v_row(int32_t il, int32_t block, int32_t offset) const;
+
+ private:
+  struct LayerStorage {
+    size_t k_offset = 0;  // bytes into storage_
+    size_t v_offset = 0;
+    size_t row_bytes = 0;
+    int32_t n_blocks = 0;  // of the layer's group
+  };
+  struct Sequence {
+    bool active = false;
+    int32_t n_tokens = 0;                     // committed
+    std::vector<std::vector<int32_t>> table;  // [group][logical block]
+    std::vector<int32_t> first_live;          // [group] first table entry not recycled
+  };
+  struct FreeBytes {
+    void operator()(std::byte* p) const;
+  };
+
+  const Sequence& sequence(int32_t seq, const char* what) const;
+  Sequence& sequence(int32_t seq, const char* what);
+  int32_t blocks_to_add(const Sequence& s, int32_t n_new_tokens) const;
+  void* row(int32_t il, int32_t block, int32_t offset, bool is_v) const;
+
+  std::vector<KvLayerSpec> layers_;
+  std::vector<int> group_of_layer_;  // [n_layer]
+  std::vector<KvGroup> groups_;
+  std::vector<BlockPool> pools_;     // [n_groups]
+  std::vector<LayerStorage> storage_layout_;  // [n_layer]
+  std::vector<Sequence> sequences_;  // [max_sequences]
+  std::unique_ptr<std::byte[], FreeBytes> storage_;
+  int32_t block_size_ = 0;
+  int32_t max_context_ = 0;
+  int32_t max_step_tokens_ = 0;
+  int32_t max_blocks_per_sequence_ = 0;  // ceil(max_context / block_size)
+  int32_t n_active_ = 0;
+  DType dtype_ = DType::F32;
+  size_t bytes_per_token_ = 0;
+  size_t total_bytes_ = 0;
+};
+
+}  // namespace ridge
