@@ -1,0 +1,559 @@
+"""Independent float64 reference forward pass for GGUF models (llama, qwen2, gemma3).
+
+Reads a GGUF with the `gguf` package, dequantizes every weight with gguf.quants (float32,
+exactly the values the quant blocks encode) and runs the transformer with float64
+activations in plain numpy. ridge's C++ forward is checked against it: logits close,
+greedy continuations equal. It shares no code with ridge.
+
+    import reference_forward as ref
+    model = ref.load("stories260K.gguf")
+    logits = model.forward([1, 403, 407])        # [3, n_vocab] float64, causal prefill
+    tokens = ref.greedy(model, [1, 403, 407], 8)  # 8 greedy tokens after the prompt
+
+Conventions follow llama.cpp where an architecture leaves a choice open:
+- RoPE "NORM" (adjacent pairs) for llama, "NEOX" (halves) for qwen2 and gemma3; base from
+  <arch>.rope.freq_base (10000 if absent), linear scaling from rope.scaling.factor.
+- qwen2: q/k/v biases; output.weight if present, else tied to token_embd.
+- gemma3: embedding * sqrt(n_embd); norm weights used as stored (the converter folded
+  the +1); QK RMSNorm per head; sandwich norms; GeGLU with tanh GELU; attention scale
+  d_head^-0.5 (27B: (n_embd/n_head)^-0.5); layer il is global iff il % 6 == 5, the others
+  see the last `sliding_window` positions (key j visible to query i iff i - j < window)
+  with RoPE base 10000 and no scaling; tied output; final soft-capping only if the
+  metadata has final_logit_softcapping.
+Set RIDGE_REF_BLAS_THREADS to change the BLAS thread count load() sets (default 1).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import math
+import os
+from dataclasses import dataclass, field
+
+import numpy as np
+import gguf
+from gguf.quants import dequantize
+
+SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")
+
+# Matrices held as float32 are upcast to float64 in row chunks of about this many
+# elements, so a product never materializes a whole float64 copy of a large matrix.
+_UPCAST_CHUNK_ELEMENTS = 1 << 19
+
+# Below this many float64 bytes for all weights, weights are upcast once at load time.
+_F64_WEIGHT_BUDGET_BYTES = 3 << 30
+
+
+def limit_blas_threads(n: int) -> bool:
+    """Caps numpy's BLAS threads. The default of one per core makes small float64 products
+    30x slower when other processes share the two cores (threads spin waiting on each
+    other), so load() sets RIDGE_REF_BLAS_THREADS, default 1. True when it took effect."""
+    try:
+        from threadpoolctl import threadpool_limits
+        threadpool_limits(n)
+        return True
+    except ImportError:
+        pass
+    libdir = os.path.join(os.path.dirname(np.__file__), os.pardir, "numpy.libs")
+    for lib in sorted(glob.glob(os.path.join(libdir, "*openblas*.so*"))):
+        handle = ctypes.CDLL(lib)
+        for fn in ("scipy_openblas_set_num_threads64_", "openblas_set_num_threads64_",
+                   "openblas_set_num_threads"):
+            setter = getattr(handle, fn, None)
+            if setter is not None:
+                setter(ctypes.c_int(n))
+                return True
+    return False
+
+
+class ReferenceModelError(Exception):
+    """A model the reference cannot run; the message names the file and what is wrong."""
+
+
+@dataclass
+class HParams:
+    arch: str
+    n_vocab: int
+    n_embd: int
+    n_layer: int
+    n_head: int
+    n_head_kv: int
+    d_head: int              # key/query head size
+    d_value: int             # value head size
+    n_ff: int
+    rms_eps: float
+    n_rot: int
+    rope_neox: bool          # True: rotate (x[i], x[i + n_rot/2]); False: (x[2i], x[2i+1])
+    rope_base: float         # global (full-attention) layers
+    rope_scale: float        # position multiplier on global layers (1 / linear factor)
+    rope_base_swa: float
+    rope_scale_swa: float
+    n_ctx_train: int
+    sliding_window: int      # 0: none
+    swa_layers: list = field(default_factory=list)  # per layer: uses the sliding window
+    attn_scale: float = 1.0
+    embd_scale: float = 1.0
+    final_softcap: float = 0.0
+    attn_softcap: float = 0.0
+    qk_norm: bool = False
+    post_norms: bool = False  # gemma3 sandwich norms
+    gelu_ffn: bool = False    # GeGLU (tanh GELU) instead of SwiGLU
+
+
+class _Metadata:
+    def __init__(self, reader: gguf.GGUFReader, path: str):
+        self.reader = reader
+        self.path = path
+
+    def get(self, key: str, default=None):
+        f = self.reader.fields.get(key)
+        if f is None:
+            return default
+        return f.contents()
+
+    def need(self, key: str):
+        v = self.get(key)
+        if v is None:
+            raise ReferenceModelError(f"{self.path}: missing metadata key '{key}'")
+        return v
+
+    def scalar_int(self, key: str, default=None):
+        v = self.get(key, default) if default is not None else self.need(key)
+        if isinstance(v, list):
+            if len(set(v)) != 1:
+                raise ReferenceModelError(f"{self.path}: per-layer '{key}' = {v} is not supported")
+            v = v[0]
+        return int(v)
+
+
+def _read_hparams(md: _Metadata) -> HParams:
+    arch = md.need("general.architecture")
+    if arch not in SUPPORTED_ARCHS:
+        raise ReferenceModelError(f"{md.path}: architecture '{arch}' not supported "
+                             f"(supported: {', '.join(SUPPORTED_ARCHS)})")
+    a = arch + "."
+    n_embd = md.scalar_int(a + "embedding_length")
+    n_head = md.scalar_int(a + "attention.head_count")
+    n_head_kv = md.scalar_int(a + "attention.head_count_kv", n_head)
+    d_head = md.scalar_int(a + "attention.key_length", n_embd // n_head)
+    d_value = md.scalar_int(a + "attention.value_length", n_embd // n_head)
+    n_layer = md.scalar_int(a + "block_count")
+    tokens_field = md.reader.fields.get("tokenizer.ggml.tokens")
+
+    scaling_type = md.get(a + "rope.scaling.type", "linear")
+    if scaling_type not in ("none", "linear"):
+        raise ReferenceModelError(f"{md.path}: rope scaling type '{scaling_type}' not supported")
+    factor = md.get(a + "rope.scaling.factor")
+    if factor is None:
+        factor = md.get(a + "rope.scale_linear")
+    rope_scale = 1.0 if (factor is None or float(factor) == 0.0 or scaling_type == "none") \
+        else 1.0 / float(factor)
+    rope_base = float(md.get(a + "rope.freq_base", 10000.0))
+
+    hp = HParams(
+        arch=arch,
+        n_vocab=len(tokens_field.data) if tokens_field is not None else 0,
+        n_embd=n_embd, n_layer=n_layer, n_head=n_head, n_head_kv=n_head_kv,
+        d_head=d_head, d_value=d_value,
+        n_ff=md.scalar_int(a + "feed_forward_length"),
+        rms_eps=float(md.need(a + "attention.layer_norm_rms_epsilon")),
+        n_rot=md.scalar_int(a + "rope.dimension_count", d_head),
+        rope_neox=(arch != "llama"),
+        rope_base=rope_base, rope_scale=rope_scale,
+        rope_base_swa=rope_base, rope_scale_swa=rope_scale,
+        n_ctx_train=md.scalar_int(a + "context_length", 0),
+        sliding_window=0,
+        swa_layers=[False] * n_layer,
+        attn_scale=1.0 / math.sqrt(d_head),
+        final_softcap=float(md.get(a + "final_logit_softcapping", 0.0) or 0.0),
+        attn_softcap=float(md.get(a + "attn_logit_softcapping", 0.0) or 0.0),
+    )
+
+    if arch == "gemma3":
+        hp.qk_norm = True
+        hp.post_norms = True
+        hp.gelu_ffn = True
+        # llama.cpp scales the embedding by sqrtf(n_embd) (HF rounds it to bf16 first).
+        hp.embd_scale = math.sqrt(n_embd)
+        hp.sliding_window = md.scalar_int(a + "attention.sliding_window")
+        # llama.cpp: swa pattern 6, layer il is local iff il % 6 < 5; local layers use
+        # base 10000 and scale 1 whatever the global rope says.
+        pattern = md.get(a + "attention.sliding_window_pattern")
+        if isinstance(pattern, list):
+            hp.swa_layers = [bool(x) for x in pattern]
+        else:
+            n_pattern = int(pattern) if pattern is not None else 6
+            hp.swa_layers = [il % n_pattern < n_pattern - 1 for il in range(n_layer)]
+        hp.rope_base_swa = float(md.get(a + "rope.freq_base_swa", 10000.0))
+        hp.rope_scale_swa = 1.0
+        # llama.cpp (after gemma_pytorch config): 27B (62 layers) scales by
+        # (n_embd / n_head)^-0.5, every other size by d_head^-0.5.
+        if n_layer == 62:
+            hp.attn_scale = 1.0 / math.sqrt(n_embd / n_head)
+    return hp
+
+
+class _Weights:
+    """Dequantized tensors by GGUF name, numpy-shaped (matrices [out, in])."""
+
+    def __init__(self, reader: gguf.GGUFReader, path: str):
+        self.path = path
+        self.tensors = {t.name: t for t in reader.tensors}
+
+    def has(self, name: str) -> bool:
+        return name in self.tensors
+
+    def get(self, name: str, shape: tuple | None = None) -> np.ndarray:
+        t = self.tensors.get(name)
+        if t is None:
+            raise ReferenceModelError(f"{self.path}: missing tensor '{name}'")
+        numpy_shape = tuple(int(x) for x in reversed(list(t.shape)))
+        w = np.asarray(dequantize(t.data, t.tensor_type), dtype=np.float32).reshape(numpy_shape)
+        if shape is not None and w.shape != tuple(shape):
+            raise ReferenceModelError(f"{self.path}: tensor '{name}' has shape {w.shape} "
+                                 f"(numpy order), expected {tuple(shape)}")
+        return w
+
+    def rows(self, name: str, ids: np.ndarray) -> np.ndarray:
+        """Dequantizes only the given rows of a 2-D tensor (for embedding lookup)."""
+        t = self.tensors[name]
+        n_cols = int(t.shape[0])
+        return np.asarray(dequantize(t.data[ids], t.tensor_type),
+                          dtype=np.float32).reshape(len(ids), n_cols)
+
+
+@dataclass
+class _Layer:
+    attn_norm: np.ndarray
+    wq: np.ndarray              # [n_head * d_head, n_embd]
+    wk: np.ndarray              # [n_head_kv * d_head, n_embd]
+    wv: np.ndarray              # [n_head_kv * d_value, n_embd]
+    wo: np.ndarray              # [n_embd, n_head * d_value]
+    bq: np.ndarray | None
+    bk: np.ndarray | None
+    bv: np.ndarray | None
+    bo: np.ndarray | None
+    ffn_norm: np.ndarray
+    w_gate: np.ndarray          # [n_ff, n_embd]
+    w_up: np.ndarray            # [n_ff, n_embd]
+    w_down: np.ndarray          # [n_embd, n_ff]
+    q_norm: np.ndarray | None = None   # [d_head]
+    k_norm: np.ndarray | None = None   # [d_head]
+    post_attn_norm: np.ndarray | None = None
+    post_ffn_norm: np.ndarray | None = None
+
+
+class KvCache:
+    """Post-RoPE keys and values of every layer for the tokens seen so far."""
+
+    def __init__(self, n_layer: int):
+        self.k = [None] * n_layer   # [n_past, n_head_kv, d_head]
+        self.v = [None] * n_layer   # [n_past, n_head_kv, d_value]
+        self.n_past = 0
+
+
+def _matmul(x: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """x [n, in] float64 times w [out, in] -> [n, out] float64, exact float64 products."""
+    if w.dtype == np.float64:
+        return x @ w.T
+    n_out, n_in = w.shape
+    out = np.empty((x.shape[0], n_out), dtype=np.float64)
+    step = max(16, _UPCAST_CHUNK_ELEMENTS // n_in)
+    for r in range(0, n_out, step):
+        out[:, r:r + step] = x @ w[r:r + step].astype(np.float64).T
+    return out
+
+
+def _rms_norm(x: np.ndarray, w: np.ndarray, eps: float) -> np.ndarray:
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def _gelu_tanh(x: np.ndarray) -> np.ndarray:
+    return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * (x * x * x))))
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def _rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, scale: float,
+          neox: bool, freq_factors: np.ndarray | None) -> np.ndarray:
+    """x [n, heads, d]; rotates the first n_rot dims of each head by angle pos*scale*theta_i."""
+    half = n_rot // 2
+    inv_freq = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    if freq_factors is not None:
+        inv_freq = inv_freq / freq_factors[:half]
+    angle = (pos.astype(np.float64) * scale)[:, None] * inv_freq[None, :]   # [n, half]
+    cos = np.cos(angle)[:, None, :]
+    sin = np.sin(angle)[:, None, :]
+    out = x.copy()
+    if neox:
+        x0, x1 = x[..., :half], x[..., half:n_rot]
+        out[..., :half] = x0 * cos - x1 * sin
+        out[..., half:n_rot] = x0 * sin + x1 * cos
+    else:
+        x0, x1 = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = x0 * cos - x1 * sin
+        out[..., 1:n_rot:2] = x0 * sin + x1 * cos
+    return out
+
+
+class Model:
+    def __init__(self, path: str, weight_dtype=None):
+        reader = gguf.GGUFReader(path)
+        md = _Metadata(reader, path)
+        hp = _read_hparams(md)
+        self.path = path
+        self.hparams = hp
+        self._vocab = None
+        self.metadata = md
+        self._weights = _Weights(reader, path)
+        ws = self._weights
+
+        e, nh, nkv, dh, dv, ff = hp.n_embd, hp.n_head, hp.n_head_kv, hp.d_head, hp.d_value, hp.n_ff
+        tok = ws.tensors.get("token_embd.weight")
+        if tok is None:
+            raise ReferenceModelError(f"{path}: missing tensor 'token_embd.weight'")
+        if hp.n_vocab == 0:
+            hp.n_vocab = int(tok.shape[1])
+        if (int(tok.shape[0]), int(tok.shape[1])) != (e, hp.n_vocab):
+            raise ReferenceModelError(f"{path}: token_embd.weight is {list(tok.shape)} (ggml order), "
+                                 f"expected [{e}, {hp.n_vocab}]")
+
+        def opt(name, shape):
+            return ws.get(name, shape) if ws.has(name) else None
+
+        self.layers = []
+        for il in range(hp.n_layer):
+            b = f"blk.{il}."
+            layer = _Layer(
+                attn_norm=ws.get(b + "attn_norm.weight", (e,)),
+                wq=ws.get(b + "attn_q.weight", (nh * dh, e)),
+                wk=ws.get(b + "attn_k.weight", (nkv * dh, e)),
+                wv=ws.get(b + "attn_v.weight", (nkv * dv, e)),
+                wo=ws.get(b + "attn_output.weight", (e, nh * dv)),
+                bq=opt(b + "attn_q.bias", (nh * dh,)),
+                bk=opt(b + "attn_k.bias", (nkv * dh,)),
+                bv=opt(b + "attn_v.bias", (nkv * dv,)),
+                bo=opt(b + "attn_output.bias", (e,)),
+                ffn_norm=ws.get(b + "ffn_norm.weight", (e,)),
+                w_gate=ws.get(b + "ffn_gate.weight", (ff, e)),
+                w_up=ws.get(b + "ffn_up.weight", (ff, e)),
+                w_down=ws.get(b + "ffn_down.weight", (e, ff)),
+            )
+            if hp.qk_norm:
+                layer.q_norm = ws.get(b + "attn_q_norm.weight", (dh,))
+                layer.k_norm = ws.get(b + "attn_k_norm.weight", (dh,))
+            if hp.post_norms:
+                layer.post_attn_norm = ws.get(b + "post_attention_norm.weight", (e,))
+                layer.post_ffn_norm = ws.get(b + "post_ffw_norm.weight", (e,))
+            self.layers.append(layer)
+
+        self.output_norm = ws.get("output_norm.weight", (e,))
+        self.tied_output = not ws.has("output.weight")
+        self.output = ws.get("token_embd.weight" if self.tied_output else "output.weight",
+                             (hp.n_vocab, e))
+        self.rope_freqs = opt("rope_freqs.weight", (hp.n_rot // 2,))
+
+        n_weights = self.output.size + sum(
+            getattr(l, f).size for l in self.layers
+            for f in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"))
+        if weight_dtype is None:
+            weight_dtype = np.float64 if n_weights * 8 <= _F64_WEIGHT_BUDGET_BYTES else np.float32
+        self.weight_dtype = np.dtype(weight_dtype)
+        for layer in self.layers:
+            for f, v in vars(layer).items():
+                if v is not None:
+                    big = v.ndim == 2
+                    setattr(layer, f, v.astype(self.weight_dtype if big else np.float64))
+        self.output_norm = self.output_norm.astype(np.float64)
+        self.output = self.output.astype(self.weight_dtype)
+        if self.rope_freqs is not None:
+            self.rope_freqs = self.rope_freqs.astype(np.float64)
+
+    # --- token embedding -------------------------------------------------------------
+
+    def _embed(self, tokens: np.ndarray) -> np.ndarray:
+        hp = self.hparams
+        if tokens.size and (tokens.min() < 0 or tokens.max() >= hp.n_vocab):
+            raise ReferenceModelError(f"token id out of range [0, {hp.n_vocab}): "
+                                 f"{tokens[(tokens < 0) | (tokens >= hp.n_vocab)][:5].tolist()}")
+        if self.tied_output:
+            x = self.output[tokens].astype(np.float64)
+        else:
+            x = self._weights.rows("token_embd.weight", tokens).astype(np.float64)
+        return x * hp.embd_scale
+
+    # --- one layer ---------------------------------------------------------------------
+
+    def _attention(self, il: int, h: np.ndarray, pos: np.ndarray, cache: KvCache) -> np.ndarray:
+        hp, L = self.hparams, self.layers[il]
+        n = h.shape[0]
+        q = _matmul(h, L.wq)
+        k = _matmul(h, L.wk)
+        v = _matmul(h, L.wv)
+        if L.bq is not None:
+            q += L.bq
+        if L.bk is not None:
+            k += L.bk
+        if L.bv is not None:
+            v += L.bv
+        q = q.reshape(n, hp.n_head, hp.d_head)
+        k = k.reshape(n, hp.n_head_kv, hp.d_head)
+        v = v.reshape(n, hp.n_head_kv, hp.d_value)
+        if hp.qk_norm:
+            q = _rms_norm(q, L.q_norm, hp.rms_eps)
+            k = _rms_norm(k, L.k_norm, hp.rms_eps)
+
+        swa = hp.swa_layers[il]
+        base = hp.rope_base_swa if swa else hp.rope_base
+        scale = hp.rope_scale_swa if swa else hp.rope_scale
+        q = _rope(q, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs)
+        k = _rope(k, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs)
+
+        if cache.k[il] is None:
+            cache.k[il], cache.v[il] = k, v
+        else:
+            cache.k[il] = np.concatenate([cache.k[il], k])
+            cache.v[il] = np.concatenate([cache.v[il], v])
+        k_all, v_all = cache.k[il], cache.v[il]          # [n_kv_tok, n_head_kv, d]
+        kv_pos = np.arange(k_all.shape[0])
+
+        # key j visible to query i iff j <= i and, on sliding-window layers, i - j < window
+        delta = pos[:, None] - kv_pos[None, :]
+        allowed = delta >= 0
+        if swa and hp.sliding_window > 0:
+            allowed &= delta < hp.sliding_window
+
+        group = hp.n_head // hp.n_head_kv
+        out = np.empty((n, hp.n_head, hp.d_value), dtype=np.float64)
+        for hk in range(hp.n_head_kv):
+            qh = q[:, hk * group:(hk + 1) * group, :].transpose(1, 0, 2)   # [group, n, d]
+            scores = np.matmul(qh, k_all[:, hk, :].T) * hp.attn_scale       # [group, n, t]
+            if hp.attn_softcap > 0:
+                scores = hp.attn_softcap * np.tanh(scores / hp.attn_softcap)
+            scores = np.where(allowed[None], scores, -np.inf)
+            scores -= scores.max(axis=-1, keepdims=True)
+            p = np.exp(scores)
+            p /= p.sum(axis=-1, keepdims=True)
+            out[:, hk * group:(hk + 1) * group, :] = np.matmul(p, v_all[:, hk, :]).transpose(1, 0, 2)
+        y = _matmul(out.reshape(n, hp.n_head * hp.d_value), L.wo)
+        if L.bo is not None:
+            y += L.bo
+        return y
+
+    def _ffn(self, il: int, h: np.ndarray) -> np.ndarray:
+        L = self.layers[il]
+        gate = _matmul(h, L.w_gate)
+        act = _gelu_tanh(gate) if self.hparams.gelu_ffn else _silu(gate)
+        return _matmul(act * _matmul(h, L.w_up), L.w_down)
+
+    # --- public ------------------------------------------------------------------------
+
+    def new_cache(self) -> KvCache:
+        return KvCache(self.hparams.n_layer)
+
+    def forward(self, tokens, cache: KvCache | None = None, rows=None) -> np.ndarray:
+        """Logits [len(rows), n_vocab] float64 for `tokens` appended after the cache.
+
+        Without a cache it is a full causal prefill from position 0. `rows` selects which
+        of the new tokens get logits (default all; "last" for the final one only).
+        """
+        hp = self.hparams
+        tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
+        if tokens.size == 0:
+            raise ReferenceModelError("forward needs at least one token")
+        if cache is None:
+            cache = self.new_cache()
+        pos = np.arange(cache.n_past, cache.n_past + tokens.size)
+        x = self._embed(tokens)
+        for il in range(hp.n_layer):
+            L = self.layers[il]
+            a = self._attention(il, _rms_norm(x, L.attn_norm, hp.rms_eps), pos, cache)
+            if hp.post_norms:
+                a = _rms_norm(a, L.post_attn_norm, hp.rms_eps)
+            x = x + a
+            f = self._ffn(il, _rms_norm(x, L.ffn_norm, hp.rms_eps))
+            if hp.post_norms:
+                f = _rms_norm(f, L.post_ffn_norm, hp.rms_eps)
+            x = x + f
+        cache.n_past += tokens.size
+
+        if rows is None:
+            sel = x
+        elif isinstance(rows, str) and rows == "last":
+            sel = x[-1:]
+        else:
+            sel = x[np.asarray(rows, dtype=np.int64)]
+        logits = _matmul(_rms_norm(sel, self.output_norm, hp.rms_eps), self.output)
+        if hp.final_softcap > 0:
+            logits = hp.final_softcap * np.tanh(logits / hp.final_softcap)
+        return logits
+
+    # --- vocabulary helpers (for sanity checks, not a tokenizer) -----------------------
+
+    def vocab(self) -> list[str]:
+        if self._vocab is None:
+            self._vocab = list(self.metadata.get("tokenizer.ggml.tokens", []))
+        return self._vocab
+
+    def decode(self, ids) -> str:
+        """Joins token strings; undoes SentencePiece's ▁ and GPT-2's byte-to-unicode map."""
+        toks = self.vocab()
+        pieces = [toks[i] for i in ids]
+        if self.metadata.get("tokenizer.ggml.model") == "gpt2":
+            byte_of = _gpt2_unicode_to_byte()
+            data = bytearray()
+            for p in pieces:
+                for ch in p:
+                    data.extend([byte_of[ch]] if ch in byte_of else ch.encode())
+            return data.decode("utf-8", errors="replace")
+        out = bytearray()
+        for p in pieces:
+            if len(p) == 6 and p.startswith("<0x") and p.endswith(">"):
+                out.append(int(p[3:5], 16))
+            else:
+                out.extend(p.replace("\u2581", " ").encode())
+        return out.decode("utf-8", errors="replace")
+
+
+def _gpt2_unicode_to_byte() -> dict:
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) \
+        + list(range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {chr(c): b for b, c in zip(bs, cs)}
+
+
+def load(path: str, weight_dtype=None) -> Model:
+    """Loads a GGUF. weight_dtype None: float64 weights when they fit in ~3 GiB, else
+    float32 upcast chunk by chunk at each product (same results, less memory)."""
+    limit_blas_threads(int(os.environ.get("RIDGE_REF_BLAS_THREADS", "1")))
+    return Model(str(path), weight_dtype)
+
+
+def greedy(model: Model, prompt_tokens, n: int, cache: KvCache | None = None) -> list[int]:
+    """The n argmax tokens that follow the prompt (prefill once, then one token a step)."""
+    if n <= 0:
+        return []
+    cache = cache if cache is not None else model.new_cache()
+    logits = model.forward(prompt_tokens, cache, rows="last")
+    return continue_greedy(model, cache, logits[-1], n)
+
+
+def continue_greedy(model: Model, cache: KvCache, last_logits: np.ndarray, n: int) -> list[int]:
+    """n greedy tokens after a prefill whose last-position logits are `last_logits`
+    (ties go to the lowest id, as np.argmax does)."""
+    out: list[int] = []
+    logits = last_logits
+    for i in range(n):
+        out.append(int(np.argmax(logits)))
+        if i + 1 < n:
+            logits = model.forward([out[-1]], cache)[-1]
+    return out
