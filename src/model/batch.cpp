@@ -1,0 +1,24 @@
+#include "model/batch.h"
+
+namespace ridge {
+
+void Batch::add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens,
+                         LogitRows logits) {
+  const int32_t first = n_tokens();
+  const int32_t n = static_cast<int32_t>(new_tokens.size());
+  sequences.push_back(BatchSequence{seq, first, n, start_pos});
+  for (int32_t i = 0; i < n; ++i) {
+    tokens.push_back(new_tokens[i]);
+    positions.push_back(start_pos + i);
+    if (logits == LogitRows::kAll || (logits == LogitRows::kLast && i == n - 1)) logit_rows.push_back(first + i);
+  }
+}
+
+void Batch::clear() {
+  tokens.clear();
+  positions.clear();
+  sequences.clear();
+  logit_rows.clear();
+}
+
+}  // namespace ridge

@@ -1,0 +1,39 @@
+// One step's work for the forward pass: the new tokens of one or more sequences,
+// flattened. A single user's decode is one sequence with one token; a prefill chunk is
+// one sequence with many; continuous batching mixes them.
+//
+//   Batch b;
+//   b.add_sequence(/*seq=*/0, /*start_pos=*/cache.n_tokens(0), prompt, /*logits=*/LogitRows::kLast);
+//   model.forward(b, cache, logits);   // logits: [b.n_logit_rows()][n_vocab]
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+namespace ridge {
+
+enum class LogitRows { kNone, kLast, kAll };
+
+struct BatchSequence {
+  int32_t seq = 0;        // KV cache sequence slot
+  int32_t first = 0;      // first row of this sequence in the batch
+  int32_t n_tokens = 0;   // rows first .. first + n_tokens - 1
+  int32_t start_pos = 0;  // position of the first new token (= tokens already cached)
+};
+
+struct Batch {
+  std::vector<int32_t> tokens;       // [n_tokens]
+  std::vector<int32_t> positions;    // [n_tokens]
+  std::vector<BatchSequence> sequences;
+  std::vector<int32_t> logit_rows;   // rows whose logits are wanted, ascending
+
+  // Appends a sequence's new tokens at positions start_pos, start_pos + 1, ...
+  void add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens,
+                    LogitRows logits);
+  void clear();
+  int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
+  int32_t n_logit_rows() const { return static_cast<int32_t>(logit_rows.size()); }
+};
+
+}  // namespace ridge

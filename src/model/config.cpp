@@ -1,0 +1,89 @@
+#include "model/config.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/families.h"
+
+namespace ridge {
+namespace {
+
+int32_t get_i32(const gguf::File& f, const std::string& key) {
+  int64_t v = f.get_i64(key);
+  if (v <= 0 || v > (int64_t{1} << 30))
+    throw Error(str_cat(f.name(), ": metadata ", key, " = ", v, " is out of range"));
+  return static_cast<int32_t>(v);
+}
+
+int32_t get_i32(const gguf::File& f, const std::string& key, int32_t fallback) {
+  return f.has(key) ? get_i32(f, key) : fallback;
+}
+
+}  // namespace
+
+const std::vector<std::string>& ModelConfig::supported_architectures() {
+  static const std::vector<std::string> names = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+  return names;
+}
+
+ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
+  ModelConfig c;
+  c.arch = f.get_string("general.architecture");
+  c.name = f.get_string("general.name", "");
+  const FamilyTraits* family = find_family(c.arch);
+  if (family == nullptr) {
+    std::string known;
+    for (const std::string& a : supported_architectures()) known += (known.empty() ? "" : ", ") + a;
+    throw Error(str_cat(f.name(), ": architecture '", c.arch, "' is not supported (supported: ", known, ")"));
+  }
+  const std::string p = c.arch + ".";
+  c.n_embd = get_i32(f, p + "embedding_length");
+  c.n_layer = get_i32(f, p + "block_count");
+  c.n_ff = get_i32(f, p + "feed_forward_length");
+  c.n_head = get_i32(f, p + "attention.head_count");
+  c.n_kv_head = get_i32(f, p + "attention.head_count_kv", c.n_head);
+  c.d_head = get_i32(f, p + "attention.key_length", c.n_embd / c.n_head);
+  c.d_value = get_i32(f, p + "attention.value_length", c.d_head);
+  c.n_ctx_train = get_i32(f, p + "context_length", 2048);
+  c.norm_eps = static_cast<float>(f.get_f64(p + "attention.layer_norm_rms_epsilon", 1e-5));
+  c.n_rot = get_i32(f, p + "rope.dimension_count", c.d_head);
+  if (c.n_head % c.n_kv_head != 0)
+    throw Error(str_cat(f.name(), ": ", p, "attention.head_count ", c.n_head,
+                        " is not a multiple of head_count_kv ", c.n_kv_head));
+  if (c.d_value != c.d_head)
+    throw Error(str_cat(f.name(), ": key_length ", c.d_head, " != value_length ", c.d_value,
+                        " is not supported"));
+  if (c.n_rot > c.d_head || c.n_rot % 2 != 0)
+    throw Error(str_cat(f.name(), ": ", p, "rope.dimension_count ", c.n_rot, " must be even and <= ", c.d_head));
+
+  const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
+  c.n_vocab = static_cast<int32_t>(embd.ne[1]);
+
+  float rope_base = static_cast<float>(f.get_f64(p + "rope.freq_base", 10000.0));
+  float rope_scale = 1.0f;
+  std::string scaling = f.get_string(p + "rope.scaling.type", "none");
+  if (scaling == "linear") {
+    double factor = f.get_f64(p + "rope.scaling.factor", 1.0);
+    if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, "rope.scaling.factor must be > 0"));
+    rope_scale = static_cast<float>(1.0 / factor);
+  } else if (scaling != "none") {
+    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.type '", scaling, "' is not supported (none, linear)"));
+  }
+  c.layers.assign(c.n_layer, LayerConfig{0, rope_base, rope_scale});
+  c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_head));
+  family->configure(f, c);
+  return c;
+}
+
+std::string ModelConfig::summary() const {
+  int n_windowed = 0;
+  for (const LayerConfig& l : layers) n_windowed += l.window > 0;
+  std::string s = str_cat(arch, ": ", n_layer, " layers, n_embd ", n_embd, ", ", n_head, " heads (",
+                          n_kv_head, " kv) x ", d_head, ", ff ", n_ff, ", vocab ", n_vocab);
+  if (n_windowed > 0) s += str_cat(", ", n_windowed, " sliding-window layers");
+  return s;
+}
+
+}  // namespace ridge

@@ -1,0 +1,63 @@
+// Model hyper-parameters and architecture traits, read from GGUF metadata. An
+// architecture is data: which norms, biases, activation and RoPE layout it uses, and
+// per-layer attention windows and RoPE bases. The forward pass reads only this struct.
+//
+//   gguf::File f = gguf::File::open(path);
+//   ModelConfig c = ModelConfig::from_gguf(f);   // throws for unsupported architectures
+//   c.layers[il].window;                         // 0 = global attention
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "kernels/rope.h"
+
+namespace ridge::gguf {
+class File;
+}
+
+namespace ridge {
+
+enum class Activation { kSilu, kGelu };  // gate activation of the gated MLP
+
+struct LayerConfig {
+  int32_t window = 0;        // sliding window in tokens; 0 = global attention
+  float rope_base = 10000.0f;
+  float rope_scale = 1.0f;   // freq_scale = 1 / linear scaling factor
+};
+
+struct ModelConfig {
+  std::string arch;          // general.architecture
+  std::string name;          // general.name
+  int32_t n_vocab = 0;
+  int32_t n_embd = 0;
+  int32_t n_layer = 0;
+  int32_t n_head = 0;
+  int32_t n_kv_head = 0;
+  int32_t d_head = 0;        // key_length (per head)
+  int32_t d_value = 0;       // value_length (per head)
+  int32_t n_ff = 0;
+  int32_t n_ctx_train = 0;
+  float norm_eps = 1e-5f;
+
+  kernels::RopeMode rope_mode = kernels::RopeMode::Norm;
+  int32_t n_rot = 0;
+  std::vector<LayerConfig> layers;  // [n_layer]
+
+  float attn_scale = 1.0f;       // multiplies q.k
+  float embd_scale = 1.0f;       // multiplies the token embedding (Gemma: sqrt(n_embd))
+  float attn_softcap = 0.0f;     // 0 = none
+  float final_softcap = 0.0f;    // 0 = none
+  bool qkv_bias = false;         // Qwen2
+  bool qk_norm = false;          // Qwen3, Gemma 3: RMS norm of each q/k head
+  bool sandwich_norm = false;    // Gemma 3: norms after attention and MLP too
+  Activation activation = Activation::kSilu;
+
+  static ModelConfig from_gguf(const gguf::File& file);
+  static const std::vector<std::string>& supported_architectures();
+  // One line: "gemma3: 18 layers, n_embd 640, 4 heads (1 kv) x 256, ff 2048, vocab 262144"
+  std::string summary() const;
+};
+
+}  // namespace ridge

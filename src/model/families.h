@@ -1,0 +1,24 @@
+// The supported model families. Each family file (family_*.cpp) reads the metadata its
+// architecture adds and sets the traits that differ from a plain Llama.
+#pragma once
+
+#include <string_view>
+
+#include "model/config.h"
+
+namespace ridge {
+
+struct FamilyTraits {
+  std::string_view arch;
+  // Called after the common hyper-parameters are read; sets the family's traits.
+  void (*configure)(const gguf::File& file, ModelConfig& config);
+};
+
+const FamilyTraits* find_family(std::string_view arch);
+
+void configure_llama(const gguf::File& file, ModelConfig& config);
+void configure_qwen2(const gguf::File& file, ModelConfig& config);
+void configure_qwen3(const gguf::File& file, ModelConfig& config);
+void configure_gemma3(const gguf::File& file, ModelConfig& config);
+
+}  // namespace ridge

@@ -1,0 +1,31 @@
+// Gemma 3: embeddings scaled by sqrt(n_embd), RMS norm on each q/k head, "sandwich" norms
+// (after attention and MLP as well as before), GeGLU with tanh-GELU, tied output, and
+// interleaved layers: five sliding-window layers (RoPE base 10000, no scaling) then one
+// global layer (the file's RoPE base and linear scaling).
+#include <cmath>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/families.h"
+
+namespace ridge {
+
+void configure_gemma3(const gguf::File& f, ModelConfig& c) {
+  constexpr int kPattern = 6;             // layer il is global iff il % 6 == 5
+  constexpr float kLocalRopeBase = 10000.0f;
+  c.rope_mode = kernels::RopeMode::Neox;
+  c.activation = Activation::kGelu;
+  c.qk_norm = true;
+  c.sandwich_norm = true;
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  int64_t window = f.get_i64("gemma3.attention.sliding_window", 0);
+  if (window <= 0) throw Error(str_cat(f.name(), ": gemma3.attention.sliding_window is missing or not positive"));
+  for (int il = 0; il < c.n_layer; ++il) {
+    if (il % kPattern == kPattern - 1) continue;  // global: keeps the file's base and scale
+    c.layers[il] = LayerConfig{static_cast<int32_t>(window), kLocalRopeBase, 1.0f};
+  }
+  c.final_softcap = static_cast<float>(f.get_f64("gemma3.final_logit_softcapping", 0.0));
+  c.attn_softcap = static_cast<float>(f.get_f64("gemma3.attn_logit_softcapping", 0.0));
+}
+
+}  // namespace ridge

@@ -1,0 +1,200 @@
+#include "model/model.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "kernels/attention.h"
+#include "kernels/ops.h"
+#include "kernels/rope.h"
+
+namespace ridge {
+
+std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
+  return std::unique_ptr<Model>(new Model(gguf::File::open(path), options));
+}
+
+Model::Model(gguf::File file, const ModelOptions& options)
+    : file_(std::move(file)),
+      options_(options),
+      config_(ModelConfig::from_gguf(file_)),
+      weights_(ModelWeights::load(file_, config_)),
+      pool_(options.n_threads) {
+  if (options_.max_batch_tokens <= 0)
+    throw Error(str_cat("max_batch_tokens must be positive, got ", options_.max_batch_tokens));
+  const ModelConfig& c = config_;
+  const size_t t = static_cast<size_t>(options_.max_batch_tokens);
+  x_.resize(t * c.n_embd);
+  h_.resize(t * c.n_embd);
+  q_.resize(t * c.n_head * c.d_head);
+  k_.resize(t * c.n_kv_head * c.d_head);
+  v_.resize(t * c.n_kv_head * c.d_head);
+  attn_.resize(t * c.n_head * c.d_head);
+  gate_.resize(t * c.n_ff);
+  up_.resize(t * c.n_ff);
+  final_.resize(t * c.n_embd);
+  attention_items_.reserve(t);
+
+  size_t floats = kernels::matmul_scratch_floats(weights_.output);
+  size_t shared = kernels::matmul_shared_bytes(weights_.output, options_.max_batch_tokens);
+  for (const LayerWeights& l : weights_.layers)
+    for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
+      floats = std::max(floats, kernels::matmul_scratch_floats(*w));
+      shared = std::max(shared, kernels::matmul_shared_bytes(*w, options_.max_batch_tokens));
+    }
+  scratch_.reserve_shared(shared);
+  // The block size is the KV cache's; size for the largest we allow (64).
+  floats = std::max(floats, kernels::attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, 64));
+  scratch_.reserve(pool_.n_threads(), floats);
+}
+
+KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {
+  KvCacheConfig kv;
+  for (const LayerConfig& l : config_.layers) kv.layers.push_back({config_.n_kv_head, config_.d_head, l.window});
+  kv.budget_bytes = budget_bytes;
+  kv.max_sequences = max_sequences;
+  kv.max_context = max_context > 0 ? max_context : config_.n_ctx_train;
+  kv.max_step_tokens = options_.max_batch_tokens;
+  return kv;
+}
+
+void Model::validate(const Batch& b, const KvCache& cache) const {
+  const int32_t n = b.n_tokens();
+  if (n == 0) throw Error("forward: empty batch");
+  if (n > options_.max_batch_tokens)
+    throw Error(str_cat("forward: batch of ", n, " tokens exceeds max_batch_tokens ", options_.max_batch_tokens));
+  if (b.positions.size() != b.tokens.size()) throw Error("forward: positions and tokens differ in length");
+  for (int32_t i = 0; i < n; ++i)
+    if (b.tokens[i] < 0 || b.tokens[i] >= config_.n_vocab)
+      throw Error(str_cat("forward: token id ", b.tokens[i], " at row ", i, " is outside the vocabulary [0, ",
+                          config_.n_vocab, ")"));
+  int32_t row = 0;
+  for (const BatchSequence& s : b.sequences) {
+    if (s.first != row || s.n_tokens <= 0) throw Error("forward: batch sequences must cover the rows in order");
+    if (!cache.has_sequence(s.seq)) throw Error(str_cat("forward: sequence ", s.seq, " is not in the KV cache"));
+    if (s.start_pos != cache.n_tokens(s.seq))
+      throw Error(str_cat("forward: sequence ", s.seq, " starts at position ", s.start_pos, " but the cache holds ",
+                          cache.n_tokens(s.seq), " tokens"));
+    if (cache.capacity(s.seq) < s.start_pos + s.n_tokens)
+      throw Error(str_cat("forward: sequence ", s.seq, " has room for ", cache.capacity(s.seq), " tokens, needs ",
+                          s.start_pos + s.n_tokens, " (reserve first)"));
+    for (int32_t i = 0; i < s.n_tokens; ++i)
+      if (b.positions[s.first + i] != s.start_pos + i)
+        throw Error(str_cat("forward: row ", s.first + i, " has position ", b.positions[s.first + i], ", expected ",
+                            s.start_pos + i));
+    for (const BatchSequence& other : b.sequences)
+      if (&other != &s && other.seq == s.seq) throw Error(str_cat("forward: sequence ", s.seq, " appears twice"));
+    row += s.n_tokens;
+  }
+  if (row != n) throw Error("forward: batch sequences do not cover every row");
+  for (size_t i = 0; i < b.logit_rows.size(); ++i)
+    if (b.logit_rows[i] < 0 || b.logit_rows[i] >= n || (i > 0 && b.logit_rows[i] <= b.logit_rows[i - 1]))
+      throw Error(str_cat("forward: logit row ", b.logit_rows[i], " is out of range or out of order"));
+  if (cache.block_size() > 64) throw Error("forward: KV block size above 64 is not supported");
+}
+
+void Model::forward(const Batch& b, KvCache& cache, float* logits) {
+  validate(b, cache);
+  const ModelConfig& c = config_;
+  const int32_t n = b.n_tokens();
+
+  // Token embeddings, scaled (Gemma).
+  const kernels::WeightMatrix& embd = weights_.token_embd;
+  for (int32_t t = 0; t < n; ++t) {
+    float* row = x_.data() + static_cast<size_t>(t) * c.n_embd;
+    dequantize_row(embd.dtype, embd.data + static_cast<size_t>(b.tokens[t]) * embd.row_bytes, row, c.n_embd);
+    if (c.embd_scale != 1.0f) kernels::scale(row, c.n_embd, c.embd_scale);
+  }
+
+  for (int il = 0; il < c.n_layer; ++il) {
+    attention_layer(il, b, cache, n);
+    mlp_layer(il, n);
+  }
+  for (const BatchSequence& s : b.sequences) {
+    cache.commit(s.seq, s.n_tokens);
+    cache.recycle_window(s.seq);
+  }
+
+  // Final norm and output projection for the rows that need logits only.
+  const int32_t n_out = b.n_logit_rows();
+  if (n_out == 0) return;
+  for (int32_t i = 0; i < n_out; ++i)
+    std::memcpy(final_.data() + static_cast<size_t>(i) * c.n_embd,
+                x_.data() + static_cast<size_t>(b.logit_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
+  kernels::rms_norm(final_.data(), weights_.output_norm, final_.data(), n_out, c.n_embd, c.norm_eps);
+  kernels::matmul(weights_.output, final_.data(), logits, n_out, pool_, scratch_);
+  if (c.final_softcap > 0) kernels::softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, c.final_softcap);
+}
+
+void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[il];
+  const LayerConfig& lc = c.layers[il];
+  const int64_t q_dim = int64_t{c.n_head} * c.d_head;
+  const int64_t kv_dim = int64_t{c.n_kv_head} * c.d_head;
+
+  kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  kernels::matmul(w.wq, h_.data(), q_.data(), n, pool_, scratch_);
+  kernels::matmul(w.wk, h_.data(), k_.data(), n, pool_, scratch_);
+  kernels::matmul(w.wv, h_.data(), v_.data(), n, pool_, scratch_);
+  if (c.qkv_bias) {
+    for (int32_t t = 0; t < n; ++t) {
+      kernels::add(q_.data() + t * q_dim, w.bq, q_.data() + t * q_dim, q_dim);
+      kernels::add(k_.data() + t * kv_dim, w.bk, k_.data() + t * kv_dim, kv_dim);
+      kernels::add(v_.data() + t * kv_dim, w.bv, v_.data() + t * kv_dim, kv_dim);
+    }
+  }
+  if (c.qk_norm) {
+    kernels::rms_norm(q_.data(), w.q_norm, q_.data(), int64_t{n} * c.n_head, c.d_head, c.norm_eps);
+    kernels::rms_norm(k_.data(), w.k_norm, k_.data(), int64_t{n} * c.n_kv_head, c.d_head, c.norm_eps);
+  }
+  const kernels::RopeParams rope{c.rope_mode, c.n_rot, lc.rope_base, lc.rope_scale};
+  kernels::rope(q_.data(), b.positions.data(), n, c.n_head, c.d_head, rope);
+  kernels::rope(k_.data(), b.positions.data(), n, c.n_kv_head, c.d_head, rope);
+
+  // Store the new K/V rows in the cache, then attend over each sequence's blocks.
+  const int g = cache.group_of_layer(il);
+  for (const BatchSequence& s : b.sequences) {
+    for (int32_t i = 0; i < s.n_tokens; ++i) {
+      const int32_t t = s.first + i;
+      const KvSlot slot = cache.slot(s.seq, g, s.start_pos + i);
+      std::memcpy(cache.k_row(il, slot.block, slot.offset), k_.data() + t * kv_dim, sizeof(float) * kv_dim);
+      std::memcpy(cache.v_row(il, slot.block, slot.offset), v_.data() + t * kv_dim, sizeof(float) * kv_dim);
+    }
+  }
+  const KvLayerView view = cache.layer(il);
+  const kernels::PagedKvLayer<float> kv{static_cast<const float*>(view.k), static_cast<const float*>(view.v),
+                                        view.n_blocks, view.block_size, view.n_kv_head, view.d_head};
+  attention_items_.clear();
+  for (const BatchSequence& s : b.sequences) {
+    attention_items_.push_back(kernels::AttentionSequence{
+        q_.data() + s.first * q_dim, b.positions.data() + s.first, s.n_tokens, cache.block_table(s.seq, g),
+        s.start_pos + s.n_tokens, attn_.data() + s.first * q_dim});
+  }
+  const kernels::AttentionParams params{c.attn_scale, c.attn_softcap, lc.window};
+  kernels::attention(kv, std::span<const kernels::AttentionSequence>(attention_items_), c.n_head, params, pool_,
+                     scratch_);
+
+  kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
+  if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
+}
+
+void Model::mlp_layer(int il, int32_t n) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[il];
+  const int64_t n_ff_total = int64_t{n} * c.n_ff;
+  kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  kernels::matmul(w.w_gate, h_.data(), gate_.data(), n, pool_, scratch_);
+  kernels::matmul(w.w_up, h_.data(), up_.data(), n, pool_, scratch_);
+  if (c.activation == Activation::kGelu)
+    kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
+  else
+    kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
+  kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
+  if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
+}
+
+}  // namespace ridge

@@ -1,0 +1,81 @@
+// A loaded model: config, zero-copy weights, and the one forward pass every case uses
+// (decode, prefill chunks, mixed batches, speculative verification).
+//
+//   auto model = Model::load("gemma3-270m.gguf", {.n_threads = 2});
+//   KvCache cache(model->kv_cache_config(/*budget=*/256 << 20, /*max_sequences=*/1));
+//   cache.add_sequence(0);
+//   cache.reserve(0, prompt.size());
+//   Batch b;  b.add_sequence(0, 0, prompt, LogitRows::kLast);
+//   std::vector<float> logits(model->config().n_vocab);
+//   model->forward(b, cache, logits.data());      // writes K/V, commits the tokens
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/thread_pool.h"
+#include "gguf/gguf.h"
+#include "kernels/attention.h"
+#include "kernels/scratch.h"
+#include "kv/kv_cache.h"
+#include "model/batch.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace ridge {
+
+struct ModelOptions {
+  int n_threads = 0;              // 0: all cores
+  int32_t max_batch_tokens = 512; // most tokens one forward call takes (sizes the scratch)
+};
+
+class Model {
+ public:
+  // Opens, validates (architecture, hyper-parameters, every tensor's presence and shape)
+  // and sizes all scratch memory. Throws ridge::Error naming the file and the problem.
+  static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const gguf::File& file() const { return file_; }
+  ThreadPool& pool() { return pool_; }
+  int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
+
+  // A KV cache layout for this model: one spec per layer with its window.
+  KvCacheConfig kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context = 0) const;
+
+  // Runs every token of the batch through the model: writes their K/V into the cache
+  // (each sequence must have start_pos == cache.n_tokens(seq) and capacity reserved for
+  // its new tokens), commits them, recycles blocks that left sliding windows, and writes
+  // logits for batch.logit_rows: [batch.n_logit_rows()][n_vocab]. Throws ridge::Error,
+  // before any compute, for a malformed batch.
+  void forward(const Batch& batch, KvCache& cache, float* logits);
+
+ private:
+  Model(gguf::File file, const ModelOptions& options);
+  void validate(const Batch& batch, const KvCache& cache) const;
+  void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
+  void mlp_layer(int il, int32_t n_tokens);
+
+  gguf::File file_;
+  ModelOptions options_;
+  ModelConfig config_;
+  ModelWeights weights_;
+  ThreadPool pool_;
+  kernels::Scratch scratch_;
+
+  // Activations for up to max_batch_tokens rows, allocated once.
+  std::vector<float> x_;       // [n_tokens][n_embd] residual stream
+  std::vector<float> h_;       // [n_tokens][n_embd] normed input / block output
+  std::vector<float> q_;       // [n_tokens][n_head][d_head]
+  std::vector<float> k_;       // [n_tokens][n_kv_head][d_head]
+  std::vector<float> v_;       // [n_tokens][n_kv_head][d_head]
+  std::vector<float> attn_;    // [n_tokens][n_head][d_head]
+  std::vector<float> gate_;    // [n_tokens][n_ff]
+  std::vector<float> up_;      // [n_tokens][n_ff]
+  std::vector<float> final_;   // [n_tokens][n_embd] rows that need logits
+  std::vector<kernels::AttentionSequence> attention_items_;  // one per batch sequence
+};
+
+}  // namespace ridge

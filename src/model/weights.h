@@ -1,0 +1,48 @@
+// The model's tensors as zero-copy views into the GGUF mapping, checked against the
+// config: every tensor the architecture needs is present with the expected shape and a
+// type the kernels can read. Small float vectors (norms, biases) are converted to f32
+// once at load.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/matmul.h"
+#include "model/config.h"
+
+namespace ridge {
+
+struct LayerWeights {
+  const float* attn_norm = nullptr;       // [n_embd]
+  kernels::WeightMatrix wq;               // [n_head * d_head][n_embd]
+  kernels::WeightMatrix wk;               // [n_kv_head * d_head][n_embd]
+  kernels::WeightMatrix wv;               // [n_kv_head * d_head][n_embd]
+  const float* bq = nullptr;              // [n_head * d_head]     (qkv_bias)
+  const float* bk = nullptr;              // [n_kv_head * d_head]  (qkv_bias)
+  const float* bv = nullptr;              // [n_kv_head * d_head]  (qkv_bias)
+  const float* q_norm = nullptr;          // [d_head]              (qk_norm)
+  const float* k_norm = nullptr;          // [d_head]              (qk_norm)
+  kernels::WeightMatrix wo;               // [n_embd][n_head * d_head]
+  const float* post_attn_norm = nullptr;  // [n_embd]              (sandwich_norm)
+  const float* ffn_norm = nullptr;        // [n_embd]
+  kernels::WeightMatrix w_gate;           // [n_ff][n_embd]
+  kernels::WeightMatrix w_up;             // [n_ff][n_embd]
+  kernels::WeightMatrix w_down;           // [n_embd][n_ff]
+  const float* post_ffn_norm = nullptr;   // [n_embd]              (sandwich_norm)
+};
+
+struct ModelWeights {
+  kernels::WeightMatrix token_embd;  // [n_vocab][n_embd]
+  const float* output_norm = nullptr;  // [n_embd]
+  kernels::WeightMatrix output;      // [n_vocab][n_embd]; token_embd when tied
+  std::vector<LayerWeights> layers;  // [n_layer]
+
+  // Throws ridge::Error naming the tensor: missing, wrong shape, or a type the kernels
+  // cannot read.
+  static ModelWeights load(const gguf::File& file, const ModelConfig& config);
+
+ private:
+  std::vector<std::vector<float>> owned_;  // f32 copies of non-f32 norm/bias vectors
+};
+
+}  // namespace ridge
