@@ -1,0 +1,164 @@
+"""The `ridge` command as a user runs it: inspect, tokenize and run, including their
+errors (message on stderr, non-zero exit, nothing on stdout)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = Path(os.environ.get("RIDGE_BUILD_DIR", ROOT / "build"))
+FIXTURES = Path(os.environ.get("RIDGE_FIXTURES", ROOT.parent / "shared" / "fixtures"))
+RIDGE = str(BUILD / "ridge")
+STORIES = FIXTURES / "models" / "stories260K.gguf"
+VOCAB = FIXTURES / "vocab"
+
+
+def ridge(*args, input=None, check=True):
+    res = subprocess.run([RIDGE, *map(str, args)], capture_output=True, input=input, timeout=300)
+    if check and res.returncode != 0:
+        raise AssertionError(f"ridge {' '.join(map(str, args))} failed: {res.stderr.decode(errors='replace')}")
+    return res
+
+
+def expect_error(*args, phrase: str, input=None):
+    res = ridge(*args, input=input, check=False)
+    assert res.returncode != 0, f"expected failure for {args}"
+    err = res.stderr.decode(errors="replace")
+    assert phrase in err, f"stderr lacks {phrase!r}: {err}"
+    assert res.stdout.strip() == b"" or b"\n" not in res.stdout.strip(), "errors must not print results"
+    return err
+
+
+# --- inspect ---------------------------------------------------------------------------
+
+def test_inspect_json_describes_stories260k():
+    out = json.loads(ridge("inspect", STORIES, "--json").stdout)
+    assert out["metadata"]["general.architecture"] == "llama"
+    assert out["metadata"]["llama.embedding_length"] == 64
+    assert out["n_tensors"] == 48
+    emb = next(t for t in out["tensors"] if t["name"] == "token_embd.weight")
+    assert emb["shape"] == [64, 512] and emb["type"] == "f32" and emb["bytes"] == 64 * 512 * 4
+    assert out["bytes_per_param"] == pytest.approx(4.0)
+    assert out["n_params"] == sum(int(np.prod(t["shape"])) for t in out["tensors"])
+
+
+def test_inspect_text_and_vocab_only_file():
+    text = ridge("inspect", VOCAB / "ggml-vocab-gpt-2.gguf").stdout.decode()
+    assert "tokenizer.ggml.model" in text and "0 tensors" in text
+    text = ridge("inspect", STORIES).stdout.decode()
+    assert "token_embd.weight" in text and "parameters:" in text and "bytes/param" in text
+
+
+def test_inspect_errors():
+    expect_error("inspect", "/nonexistent/model.gguf", phrase="not in the model cache")
+    expect_error("inspect", VOCAB / "ggml-vocab-gpt-2.gguf.inp", phrase="magic")
+
+
+# --- tokenize --------------------------------------------------------------------------
+
+def read_vectors(name):
+    inp = (VOCAB / f"ggml-vocab-{name}.gguf.inp").read_bytes().decode()
+    cases = inp.split("\n__ggml_vocab_test__\n")[:-1]
+    outs = (VOCAB / f"ggml-vocab-{name}.gguf.out").read_text().split("\n")[: len(cases)]
+    return cases, [line.strip() for line in outs]
+
+
+@pytest.mark.parametrize("name", ["llama-spm", "gpt-2", "deepseek-coder"])
+def test_tokenize_matches_fixture_vectors(name, tmp_path):
+    cases, expected = read_vectors(name)
+    for i, (text, want) in enumerate(zip(cases, expected)):
+        f = tmp_path / "case.txt"
+        f.write_bytes(text.encode())
+        got = ridge("tokenize", "-m", VOCAB / f"ggml-vocab-{name}.gguf", "-f", f, "--no-add-special",
+                    "--no-parse-special").stdout.decode().strip()
+        assert got == want, f"{name} case {i} {text!r}"
+
+
+def test_tokenize_pieces_and_special_flags():
+    model = VOCAB / "ggml-vocab-llama-spm.gguf"
+    ids = ridge("tokenize", "-m", model, "Hello world").stdout.decode().split()
+    assert ids[0] == "1", "SentencePiece Llama adds BOS by default"
+    plain = ridge("tokenize", "-m", model, "--no-add-special", "Hello world").stdout.decode().split()
+    assert plain == ids[1:]
+    pieces = ridge("tokenize", "-m", model, "--no-add-special", "--pieces", "Hello world").stdout.decode()
+    assert pieces.splitlines()[0].split("->")[1].strip() == "' Hello'"
+    parsed = ridge("tokenize", "-m", model, "--no-add-special", "<s>").stdout.decode().split()
+    unparsed = ridge("tokenize", "-m", model, "--no-add-special", "--no-parse-special", "<s>").stdout.decode().split()
+    assert parsed == ["1"] and unparsed != ["1"]
+
+
+def test_tokenize_errors():
+    expect_error("tokenize", "-m", STORIES, "-f", "/nonexistent.txt", phrase="cannot open")
+    expect_error("tokenize", "-m", "no-such-model", "x", phrase="fetch-models")
+
+
+# --- run -------------------------------------------------------------------------------
+
+def test_run_reproduces_llama2c_greedy_text():
+    ref = (FIXTURES / "models" / "stories260K.greedy-ref.txt").read_text()
+    text = next(line for line in ref.splitlines() if line.startswith("text: "))[len("text: "):]
+    text = text.replace("\\n", "\n")
+    res = ridge("run", "-m", STORIES, "-p", "Once upon a time", "-n", "60", "--temp", "0", "--echo")
+    assert res.stdout.decode() == text + "\n"
+    assert b"tokens/s" in res.stderr and b"kv cache:" in res.stderr
+
+
+def test_run_same_seed_same_text():
+    args = ["run", "-m", STORIES, "-p", "Once upon a time", "-n", "40", "--temp", "1.0", "--seed"]
+    a = ridge(*args, "7").stdout
+    b = ridge(*args, "7").stdout
+    c = ridge(*args, "8").stdout
+    assert a == b and a != c
+
+
+def test_run_bad_input_fails_before_compute(tmp_path):
+    expect_error("run", "-m", STORIES, "-p", "", phrase="prompt is empty")
+    expect_error("run", "-m", STORIES, "-p", "Once upon a time " * 200, "-c", "128", phrase="exceeds the context")
+    expect_error("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", phrase="budget holds")
+    bad = tmp_path / "bad.txt"
+    bad.write_bytes(b"Once upon \xff\xfe a time")
+    expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")
+    expect_error("run", "-m", VOCAB / "ggml-vocab-gpt-2.gguf", "-p", "hi", phrase="not supported")
+
+
+def write_modified_model(path: Path, drop: str | None = None, reshape: str | None = None):
+    """Copies stories260K with one tensor dropped or given a wrong shape."""
+    import gguf
+
+    reader = gguf.GGUFReader(STORIES)
+    writer = gguf.GGUFWriter(str(path), "llama")
+    for field in reader.fields.values():
+        if field.name.startswith("GGUF.") or field.name == "general.architecture":
+            continue
+        vtype = field.types[0]
+        value = field.contents()
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_array(field.name, value)
+        else:
+            writer.add_key_value(field.name, value, vtype)
+    for t in reader.tensors:
+        if t.name == drop:
+            continue
+        data = np.array(t.data)
+        if t.name == reshape:
+            data = data[:-1]
+        writer.add_tensor(t.name, data)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+
+def test_run_rejects_models_whose_tensors_do_not_match(tmp_path):
+    missing = tmp_path / "missing.gguf"
+    write_modified_model(missing, drop="blk.2.ffn_up.weight")
+    expect_error("run", "-m", missing, "-p", "Once", phrase="blk.2.ffn_up.weight' is missing")
+    wrong = tmp_path / "wrong.gguf"
+    write_modified_model(wrong, reshape="blk.0.attn_q.weight")
+    expect_error("run", "-m", wrong, "-p", "Once", phrase="blk.0.attn_q.weight' has shape")
