@@ -1,4 +1,4 @@
-// A fixed set of KV blocks with a free list and per-block reference counts: the
+// A fixed set of KV blocks with a free queue and per-block reference counts: the
 // allocator under the paged KV cache. It knows nothing about tokens or layers.
 //
 //   BlockPool pool(4);
@@ -6,6 +6,11 @@
 //   pool.retain(b);                // a second owner (prefix sharing): ref_count 2
 //   pool.release(b);               // ref_count 1
 //   pool.release(b);               // free again; handed out after the other free blocks
+//   pool.take(b);                  // a free block wanted back (a prefix-cache hit): ref 1
+//
+// The free queue is least-recently-freed first. With prefix caching, free blocks still
+// hold reusable K/V ("cached free"), so the queue order is the LRU eviction order, and
+// take() pulls a block out of the middle of it; a doubly linked list makes both O(1).
 #pragma once
 
 #include <cstdint>
@@ -28,19 +33,28 @@ class BlockPool {
   // and gives it ref_count 1. Returns kNoBlock when none is free. FIFO rather than LIFO so
   // that, once blocks are kept for prefix reuse, the least recently freed goes first.
   int32_t allocate();
+  // The block allocate() would hand out next (kNoBlock when none is free).
+  int32_t next_free() const { return free_head_; }
+  // Takes this particular free block out of the free queue and gives it ref_count 1.
+  // Throws ridge::Error if the block is used or unknown.
+  void take(int32_t block);
   // Adds an owner to a used block. Throws ridge::Error on a free or unknown block.
   void retain(int32_t block);
   // Drops an owner; the block joins the back of the free queue when none is left.
   // Throws ridge::Error on a free or unknown block (a double free is a bug upstream).
   void release(int32_t block);
   int32_t ref_count(int32_t block) const;
+  bool is_free(int32_t block) const { return ref_count(block) == 0; }
 
  private:
   void check_used(int32_t block, const char* what) const;
+  void unlink(int32_t block);
 
   std::vector<int32_t> ref_count_;  // [n_blocks]; 0 = free
-  std::vector<int32_t> free_ring_;  // [n_blocks]; ring buffer of free block ids
-  int32_t free_head_ = 0;           // index in free_ring_ of the next block to hand out
+  std::vector<int32_t> next_;       // [n_blocks]; free queue links (kNoBlock ends it)
+  std::vector<int32_t> prev_;       // [n_blocks]
+  int32_t free_head_ = kNoBlock;    // longest free: handed out next
+  int32_t free_tail_ = kNoBlock;    // most recently freed
   int32_t n_free_ = 0;
 };
 

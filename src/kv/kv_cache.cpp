@@ -227,6 +227,10 @@ KvCache::KvCache(const KvCacheConfig& config) {
   std::memset(storage_.get(), 0, total_bytes_);
 
   for (const KvGroup& g : groups_) pools_.emplace_back(g.n_blocks);
+  if (config.prefix_cache) {
+    for (const KvGroup& g : groups_) prefix_.emplace_back(g.n_blocks, block_size_);
+    n_cached_.assign(groups_.size(), 0);
+  }
   sequences_.resize(static_cast<size_t>(config.max_sequences));
 }
 
@@ -299,6 +303,13 @@ void KvCache::add_sequence(int32_t seq) {
   }
   s.first_live.assign(groups_.size(), 0);
   s.n_tokens = 0;
+  if (prefix_cache_enabled()) {
+    s.tokens.clear();
+    s.tokens.reserve(static_cast<size_t>(max_context_));
+    s.hashes.clear();
+    s.hashes.reserve(static_cast<size_t>(max_blocks_per_sequence_));
+    s.n_indexed = 0;
+  }
   s.active = true;
   ++n_active_;
 }
@@ -338,6 +349,10 @@ bool KvCache::reserve(int32_t seq, int32_t n_new_tokens) {
     for (int32_t i = 0; i < need; ++i) {
       const int32_t block = pools_[g].allocate();
       assert(block != BlockPool::kNoBlock);
+      if (!prefix_.empty() && prefix_[g].holds(block)) {  // evict the LRU cached block
+        prefix_[g].erase(block);
+        --n_cached_[g];
+      }
       s.table[g].push_back(block);  // capacity reserved at add_sequence: no allocation
     }
   }
@@ -351,6 +366,7 @@ void KvCache::commit(int32_t seq, int32_t n) {
                         s.n_tokens, " exceed the reserved ", capacity(seq)));
   }
   s.n_tokens += n;
+  if (!prefix_.empty()) index_committed_blocks(s);
 }
 
 int32_t KvCache::n_tokens(int32_t seq) const { return sequence(seq, "n_tokens").n_tokens; }
@@ -392,7 +408,7 @@ int32_t KvCache::recycle_window(int32_t seq) {
     int32_t& first_live = s.first_live[g];
     while (first_live < static_cast<int32_t>(table.size()) &&
            int64_t{first_live + 1} * block_size_ <= first_needed) {
-      pools_[g].release(table[static_cast<size_t>(first_live)]);
+      release_block(g, table[static_cast<size_t>(first_live)]);
       table[static_cast<size_t>(first_live)] = BlockPool::kNoBlock;
       ++first_live;
       ++freed;
@@ -408,13 +424,124 @@ void KvCache::free_sequence(int32_t seq) {
   for (size_t g = 0; g < groups_.size(); ++g) {
     std::vector<int32_t>& table = s.table[g];
     for (int32_t i = static_cast<int32_t>(table.size()) - 1; i >= s.first_live[g]; --i) {
-      pools_[g].release(table[static_cast<size_t>(i)]);
+      release_block(g, table[static_cast<size_t>(i)]);
     }
     table.clear();
   }
   s.n_tokens = 0;
   s.active = false;
   --n_active_;
+}
+
+void KvCache::release_block(size_t g, int32_t block) {
+  pools_[g].release(block);
+  if (!prefix_.empty() && pools_[g].is_free(block) && prefix_[g].holds(block)) ++n_cached_[g];
+}
+
+int32_t KvCache::n_cached_blocks(int g) const {
+  group(g);  // range check
+  return prefix_.empty() ? 0 : n_cached_[static_cast<size_t>(g)];
+}
+
+bool KvCache::block_is_cached(int g, int32_t block) const {
+  group(g);  // range check
+  return !prefix_.empty() && prefix_[static_cast<size_t>(g)].holds(block);
+}
+
+void KvCache::index_committed_blocks(Sequence& s) {
+  const int32_t n_full = std::min(s.n_tokens / block_size_, static_cast<int32_t>(s.hashes.size()));
+  const auto bs = static_cast<size_t>(block_size_);
+  for (int32_t i = s.n_indexed; i < n_full; ++i) {
+    const auto ii = static_cast<size_t>(i);
+    const BlockHash parent = i == 0 ? kRootHash : s.hashes[ii - 1];
+    const std::span<const int32_t> tokens(s.tokens.data() + ii * bs, bs);
+    for (size_t g = 0; g < groups_.size(); ++g) {
+      const int32_t block = s.table[g][ii];
+      if (block >= 0) prefix_[g].insert(block, s.hashes[ii], parent, tokens);
+    }
+  }
+  s.n_indexed = std::max(s.n_indexed, n_full);
+}
+
+void KvCache::set_tokens(int32_t seq, std::span<const int32_t> tokens) {
+  Sequence& s = sequence(seq, "set_tokens");
+  if (prefix_.empty()) return;
+  if (tokens.size() > static_cast<size_t>(max_context_)) {
+    throw Error(str_cat("kv cache: set_tokens: sequence ", seq, ": ", tokens.size(),
+                        " tokens, past max_context ", max_context_));
+  }
+  if (tokens.size() < s.tokens.size()) {
+    throw Error(str_cat("kv cache: set_tokens: sequence ", seq, ": ", tokens.size(),
+                        " tokens, fewer than the ", s.tokens.size(), " given before"));
+  }
+  s.tokens.insert(s.tokens.end(), tokens.begin() + static_cast<std::ptrdiff_t>(s.tokens.size()),
+                  tokens.end());
+  extend_block_hashes(s.tokens, block_size_, s.hashes);
+  index_committed_blocks(s);
+}
+
+int32_t KvCache::cached_block(size_t g, const Sequence& s, int32_t i) const {
+  const auto ii = static_cast<size_t>(i);
+  const auto bs = static_cast<size_t>(block_size_);
+  return prefix_[g].find(s.hashes[ii], i == 0 ? kRootHash : s.hashes[ii - 1],
+                         std::span<const int32_t>(s.tokens.data() + ii * bs, bs));
+}
+
+int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
+  Sequence& s = sequence(seq, "attach_prefix");
+  if (prefix_.empty() || tokens.empty()) return 0;
+  if (s.n_tokens != 0 || !s.table[0].empty()) {
+    throw Error(str_cat("kv cache: attach_prefix: sequence ", seq, " already holds ",
+                        s.n_tokens, " tokens"));
+  }
+  set_tokens(seq, tokens);
+  // First block a windowed group still needs when the next query is at block k's start.
+  auto first_needed = [&](const KvGroup& group, int32_t k) -> int32_t {
+    if (group.window == 0) return 0;
+    const int64_t first_pos = int64_t{k} * block_size_ - group.window + 1;
+    return first_pos <= 0 ? 0 : static_cast<int32_t>(first_pos / block_size_);
+  };
+  // At least the last token is computed again, so that it has logits.
+  int32_t k = static_cast<int32_t>((tokens.size() - 1) / static_cast<size_t>(block_size_));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (groups_[g].window != 0) continue;
+    int32_t hit = 0;
+    while (hit < k && cached_block(g, s, hit) != PrefixCache::kNoBlock) ++hit;
+    k = hit;
+  }
+  for (; k > 0; --k) {
+    bool all_cached = true;
+    for (size_t g = 0; g < groups_.size() && all_cached; ++g) {
+      if (groups_[g].window == 0) continue;
+      for (int32_t i = first_needed(groups_[g], k); i < k && all_cached; ++i) {
+        all_cached = cached_block(g, s, i) != PrefixCache::kNoBlock;
+      }
+    }
+    if (all_cached) break;
+  }
+  if (k == 0) return 0;
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int32_t first = first_needed(groups_[g], k);
+    std::vector<int32_t>& table = s.table[g];
+    for (int32_t i = 0; i < k; ++i) {
+      if (i < first) {
+        table.push_back(BlockPool::kNoBlock);
+        continue;
+      }
+      const int32_t block = cached_block(g, s, i);
+      if (pools_[g].is_free(block)) {
+        pools_[g].take(block);
+        --n_cached_[g];
+      } else {
+        pools_[g].retain(block);
+      }
+      table.push_back(block);
+    }
+    s.first_live[g] = first;
+  }
+  s.n_tokens = k * block_size_;
+  s.n_indexed = k;
+  return s.n_tokens;
 }
 
 bool KvCache::can_fit(int32_t n_tokens) const {

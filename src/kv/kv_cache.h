@@ -44,6 +44,22 @@
 // Sequence ids are slots 0 .. max_sequences - 1 chosen by the caller (the engine maps
 // requests to slots); tables are preallocated at add_sequence so that reserve, commit,
 // slot, recycle_window and free_sequence never allocate.
+//
+// Prefix caching (config.prefix_cache). The caller tells the cache a sequence's token ids
+// (set_tokens); every block that becomes full and committed is then indexed by its hash
+// chain (kv/prefix_cache.h) in every group. A freed block keeps its K/V and its index
+// entry ("cached free"): it still counts as free, and the free queue hands out the least
+// recently freed first, so cached blocks are evicted LRU and only when the pool needs them
+// (the index entry is dropped the moment reserve takes the block). attach_prefix gives a
+// new sequence the longest run of cached full blocks that begins its tokens, shared
+// (refcounted) with whoever else holds them. Shared blocks are read-only by construction:
+// only FULL blocks are shared and the sequence's first new token starts a fresh block, and
+// at least the last token is always left to compute so that it gets logits.
+// Windowed groups: resuming at position p needs, in each windowed group, the blocks of
+// positions p - window + 1 .. p - 1 (older ones are -1 in the table, as if recycled).
+// attach_prefix reuses p only if all of those are cached too, shortening the prefix
+// until they are; reused windowed blocks are the ones recycle_window released into the
+// free queue, so a prefix is found while they have not been evicted.
 #pragma once
 
 #include <cstddef>
@@ -55,6 +71,7 @@
 
 #include "core/dtype.h"
 #include "kv/block_pool.h"
+#include "kv/prefix_cache.h"
 
 namespace ridge {
 
@@ -76,6 +93,7 @@ struct KvCacheConfig {
   int32_t max_sequences = 1;        // sequence slots; windowed groups are sized for all of them
   int32_t max_context = 4096;       // most tokens one sequence may hold (the model's context)
   int32_t max_step_tokens = 512;    // most tokens one sequence adds in one step (prefill chunk)
+  bool prefix_cache = false;        // index full blocks for reuse (see "Prefix caching")
 };
 
 // Blocks one sequence can have live in a group with this window when each step adds at
@@ -146,6 +164,9 @@ class KvCache {
   const BlockPool& pool(int g) const;
   int32_t n_free_blocks(int g) const { return pool(g).n_free(); }
   int32_t n_used_blocks(int g) const { return pool(g).n_used(); }
+  // Free blocks of group g that still hold an indexed prefix block (part of n_free_blocks).
+  int32_t n_cached_blocks(int g) const;
+  bool prefix_cache_enabled() const { return !prefix_.empty(); }
 
   // --- sequences (seq is a slot in 0 .. max_sequences - 1; misuse throws ridge::Error)
   void add_sequence(int32_t seq);
@@ -169,6 +190,19 @@ class KvCache {
   int32_t recycle_window(int32_t seq);
   // Returns all of the sequence's blocks (last block first) and frees its slot.
   void free_sequence(int32_t seq);
+
+  // --- prefix caching (no-ops returning 0 when config.prefix_cache is off)
+  // The sequence's token ids so far, oldest first: at least its committed tokens, and each
+  // call extends the previous one. Full blocks are hashed now and indexed once committed.
+  // Throws past max_context.
+  void set_tokens(int32_t seq, std::span<const int32_t> tokens);
+  // For a sequence just added (no tokens, no blocks): takes the longest cached run of full
+  // blocks that starts tokens (at most (tokens.size() - 1) / block_size blocks), as
+  // committed tokens, and calls set_tokens(seq, tokens). Returns the tokens reused (a
+  // multiple of block_size; 0 on a miss). Reused blocks leave the free queue.
+  int32_t attach_prefix(int32_t seq, std::span<const int32_t> tokens);
+  // Whether group g's block is indexed (holds a reusable full block); for tests.
+  bool block_is_cached(int g, int32_t block) const;
 
   // --- capacity
   // Whether a new sequence holding n_tokens could be added and reserved now: a free
@@ -197,6 +231,10 @@ class KvCache {
     int32_t n_tokens = 0;                     // committed
     std::vector<std::vector<int32_t>> table;  // [group][logical block]
     std::vector<int32_t> first_live;          // [group] first table entry not recycled
+    // Prefix caching only:
+    std::vector<int32_t> tokens;              // [<= max_context] ids given to set_tokens
+    std::vector<BlockHash> hashes;            // [full blocks of tokens] chain hashes
+    int32_t n_indexed = 0;                    // logical blocks already offered to the index
   };
   struct FreeBytes {
     void operator()(std::byte* p) const;
@@ -206,6 +244,9 @@ class KvCache {
   Sequence& sequence(int32_t seq, const char* what);
   int32_t blocks_to_add(const Sequence& s, int32_t n_new_tokens) const;
   void* row(int32_t il, int32_t block, int32_t offset, bool is_v) const;
+  void release_block(size_t g, int32_t block);
+  void index_committed_blocks(Sequence& s);
+  int32_t cached_block(size_t g, const Sequence& s, int32_t i) const;  // kNoBlock on a miss
 
   std::vector<KvLayerSpec> layers_;
   std::vector<int> group_of_layer_;  // [n_layer]
@@ -213,6 +254,8 @@ class KvCache {
   std::vector<BlockPool> pools_;     // [n_groups]
   std::vector<LayerStorage> storage_layout_;  // [n_layer]
   std::vector<Sequence> sequences_;  // [max_sequences]
+  std::vector<PrefixCache> prefix_;  // [n_groups] when prefix caching, else empty
+  std::vector<int32_t> n_cached_;    // [n_groups] free blocks that are indexed
   std::unique_ptr<std::byte[], FreeBytes> storage_;
   int32_t block_size_ = 0;
   int32_t max_context_ = 0;

@@ -1,0 +1,485 @@
+// The engine loop (see engine.h): submit() validates on the caller's thread and queues; one
+// engine thread drains the queue into the Scheduler, runs one forward pass per step over
+// every scheduled chunk, samples for each sequence that caught up, and streams events.
+#include "engine/engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cassert>
+#include <exception>
+
+#include "engine/request_output.h"
+#include "engine/scheduler.h"
+#include "kv/kv_cache.h"
+
+namespace ridge {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr size_t kDefaultBudgetCap = size_t{1} << 30;
+constexpr int32_t kDefaultContextCap = 8192;
+
+// Prometheus-style upper bounds in seconds, shared by the TTFT and inter-token histograms.
+const std::vector<double> kLatencyBuckets = {0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.25, 0.5,
+                                             0.75,  1.0,  2.5,   5.0,  7.5,   10.0, 30.0, 60.0};
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+void observe(std::vector<uint64_t>& counts, double& sum, uint64_t& count, double seconds) {
+  for (size_t i = 0; i < kLatencyBuckets.size(); ++i) {
+    if (seconds <= kLatencyBuckets[i]) ++counts[i];  // cumulative: every bucket above too
+  }
+  sum += seconds;
+  ++count;
+}
+
+// One request as the engine thread sees it. The scheduler works on the SequenceState base.
+struct Request : SequenceState {
+  std::shared_ptr<RequestStream> stream;
+  int32_t max_tokens = 0;    // generated tokens at most (validated, context-capped)
+  bool want_logprobs = false;
+  Sampler sampler;
+  RequestOutput output;
+  int32_t n_generated = 0;
+  Clock::time_point submitted;
+  Clock::time_point last_token;
+  bool finished = false;
+
+  Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max_tokens_,
+          const Tokenizer& tokenizer)
+      : stream(std::move(s)),
+        max_tokens(max_tokens_),
+        want_logprobs(p.sampling.logprobs || p.sampling.n_logprobs > 0),
+        sampler(p.sampling),
+        output(tokenizer, std::move(p.stop), p.ignore_eos, max_tokens_),
+        submitted(Clock::now()) {
+    n_prompt = static_cast<int32_t>(p.prompt.size());
+    tokens = std::move(p.prompt);
+    tokens.reserve(static_cast<size_t>(n_prompt + max_tokens));
+  }
+};
+
+}  // namespace
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::kNone: return "none";
+    case FinishReason::kStop: return "stop";
+    case FinishReason::kLength: return "length";
+    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kError: return "error";
+  }
+  return "unknown";
+}
+
+// ---------------------------------------------------------------- RequestStream
+
+bool RequestStream::next(StreamEvent& event) {
+  std::unique_lock lock(mutex_);
+  if (finished_read_) return false;
+  ready_.wait(lock, [&] { return !events_.empty(); });
+  event = std::move(events_.front());
+  events_.pop_front();
+  if (event.finished) finished_read_ = true;
+  return true;
+}
+
+bool RequestStream::next_for(StreamEvent& event, std::chrono::milliseconds timeout, bool& timed_out) {
+  std::unique_lock lock(mutex_);
+  timed_out = false;
+  if (finished_read_) return false;
+  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) {
+    timed_out = true;
+    return false;
+  }
+  event = std::move(events_.front());
+  events_.pop_front();
+  if (event.finished) finished_read_ = true;
+  return true;
+}
+
+void RequestStream::cancel() {
+  std::lock_guard lock(mutex_);
+  cancel_requested_ = true;
+}
+
+bool RequestStream::cancelled() const {
+  std::lock_guard lock(mutex_);
+  return cancel_requested_;
+}
+
+void RequestStream::push(StreamEvent event) {
+  {
+    std::lock_guard lock(mutex_);
+    events_.push_back(std::move(event));
+  }
+  ready_.notify_all();
+}
+
+// ---------------------------------------------------------------- Engine::Impl
+
+struct Engine::Impl {
+  Model& model;
+  const Tokenizer& tokenizer;
+  EngineOptions options;
+  int32_t n_ctx = 0;
+  int32_t max_request_tokens = 0;  // prompt + max_tokens at most: context and KV limits
+  int32_t n_vocab = 0;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<Scheduler> scheduler;
+
+  // Shared with submitting threads, under mutex.
+  std::mutex mutex;
+  std::condition_variable wake;
+  std::vector<std::unique_ptr<Request>> incoming;
+  int32_t scheduler_waiting = 0;  // published by the engine thread for the queue limit
+  bool stopping = false;
+  bool stopped = false;
+  std::thread thread;
+  std::mutex stop_mutex;  // serializes stop()
+
+  // Engine thread only.
+  std::vector<std::unique_ptr<Request>> live;  // in the scheduler (waiting or running)
+  Batch batch;
+  std::vector<float> logits;  // [parallel][n_vocab]
+  EngineMetrics counters;
+
+  // Published after every iteration, for metrics().
+  mutable std::mutex metrics_mutex;
+  EngineMetrics snapshot;
+
+  Impl(Model& m, const Tokenizer& t, const EngineOptions& o);
+  void run();
+  void step();
+  void on_token(Request& r, int32_t token);
+  void end(Request& r, FinishReason reason, const std::string& error);
+  void drop_cancelled();
+  void remove_finished();
+  void publish_metrics();
+  void cancel_everything();
+};
+
+Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
+    : model(m), tokenizer(t), options(o) {
+  const ModelConfig& c = model.config();
+  if (o.parallel < 1) throw Error(str_cat("engine: parallel must be at least 1, got ", o.parallel));
+  if (o.max_batch_tokens < o.parallel) {
+    throw Error(str_cat("engine: max_batch_tokens ", o.max_batch_tokens,
+                        " must be at least parallel ", o.parallel, " (one decode token each)"));
+  }
+  if (o.max_batch_tokens > model.max_batch_tokens()) {
+    throw Error(str_cat("engine: max_batch_tokens ", o.max_batch_tokens,
+                        " exceeds the model's max_batch_tokens ", model.max_batch_tokens(),
+                        " (raise ModelOptions::max_batch_tokens)"));
+  }
+  if (o.max_queue < 0) throw Error(str_cat("engine: max_queue must be >= 0, got ", o.max_queue));
+  if (tokenizer.n_vocab() > c.n_vocab) {
+    throw Error(str_cat("engine: tokenizer has ", tokenizer.n_vocab(),
+                        " tokens but the model's embedding has ", c.n_vocab));
+  }
+  n_vocab = c.n_vocab;
+  n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(c.n_ctx_train, kDefaultContextCap);
+  if (n_ctx <= 0) throw Error(str_cat("engine: context size must be positive, got ", n_ctx));
+
+  KvCacheConfig kv = model.kv_cache_config(0, o.parallel, n_ctx);
+  kv.max_step_tokens = o.max_batch_tokens;
+  kv.prefix_cache = o.prefix_cache;
+  size_t bytes_per_token = 0;
+  for (const KvLayerSpec& l : kv.layers) {
+    bytes_per_token += 2 * sizeof(float) * static_cast<size_t>(l.n_kv_head) * static_cast<size_t>(l.d_head);
+  }
+  kv.budget_bytes = o.kv_budget_bytes > 0
+                        ? o.kv_budget_bytes
+                        : std::min(kDefaultBudgetCap, bytes_per_token * static_cast<size_t>(o.parallel) *
+                                                          static_cast<size_t>(n_ctx + kv.block_size));
+  cache = std::make_unique<KvCache>(kv);
+  max_request_tokens = std::min(n_ctx, cache->max_tokens_per_sequence());
+  scheduler = std::make_unique<Scheduler>(
+      SchedulerOptions{o.parallel, o.max_batch_tokens, o.max_queue}, *cache);
+
+  live.reserve(static_cast<size_t>(o.parallel + o.max_queue));
+  batch.tokens.reserve(static_cast<size_t>(o.max_batch_tokens));
+  batch.positions.reserve(static_cast<size_t>(o.max_batch_tokens));
+  batch.logit_rows.reserve(static_cast<size_t>(o.parallel));
+  batch.sequences.reserve(static_cast<size_t>(o.parallel));
+  logits.resize(static_cast<size_t>(o.parallel) * static_cast<size_t>(n_vocab));
+
+  counters.latency_buckets = kLatencyBuckets;
+  counters.ttft_counts.assign(kLatencyBuckets.size(), 0);
+  counters.itl_counts.assign(kLatencyBuckets.size(), 0);
+  for (int g = 0; g < cache->n_groups(); ++g) counters.kv_blocks_total += cache->group(g).n_blocks;
+  snapshot = counters;
+}
+
+void Engine::Impl::run() {
+  for (;;) {
+    {
+      std::unique_lock lock(mutex);
+      wake.wait(lock, [&] { return stopping || !incoming.empty() || !scheduler->idle(); });
+      if (stopping) return;
+      for (std::unique_ptr<Request>& r : incoming) {
+        scheduler->add(r.get());
+        live.push_back(std::move(r));
+      }
+      incoming.clear();
+      scheduler_waiting = scheduler->n_waiting();  // with the drain, so submit never undercounts
+    }
+    try {
+      drop_cancelled();
+      if (!scheduler->idle()) step();
+    } catch (const std::exception& e) {
+      // Bookkeeping failed mid-step: end every request rather than the server.
+      for (std::unique_ptr<Request>& r : live) {
+        if (!r->finished) end(*r, FinishReason::kError, str_cat("engine: ", e.what()));
+      }
+    }
+    remove_finished();
+    {
+      std::lock_guard lock(mutex);
+      scheduler_waiting = scheduler->n_waiting();
+    }
+    publish_metrics();
+  }
+}
+
+void Engine::Impl::step() {
+  const SchedulerStep& plan = scheduler->schedule();
+  for (SequenceState* s : plan.failed) {
+    end(static_cast<Request&>(*s), FinishReason::kError,
+        "the request no longer fits in the KV cache");
+  }
+  if (plan.chunks.empty()) return;
+
+  batch.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request& r = static_cast<Request&>(*c.sequence);
+    if (cache->prefix_cache_enabled()) cache->set_tokens(r.slot, r.tokens);
+    batch.add_sequence(r.slot, c.start,
+                       std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(c.start),
+                                                                   static_cast<size_t>(c.n_tokens)),
+                       c.needs_logits ? LogitRows::kLast : LogitRows::kNone);
+  }
+  try {
+    model.forward(batch, *cache, logits.data());
+  } catch (const std::exception& e) {
+    // forward validates before computing, so the cache is unchanged: fail this batch only.
+    for (const ScheduledChunk& c : plan.chunks) {
+      end(static_cast<Request&>(*c.sequence), FinishReason::kError, str_cat("forward: ", e.what()));
+    }
+    return;
+  }
+  scheduler->complete_step();
+
+  size_t row = 0;
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (!c.needs_logits) continue;
+    Request& r = static_cast<Request&>(*c.sequence);
+    const std::span<float> row_logits(logits.data() + row * static_cast<size_t>(n_vocab),
+                                      static_cast<size_t>(n_vocab));
+    ++row;
+    if (r.stream->cancelled()) {
+      end(r, FinishReason::kCancelled, {});
+      continue;
+    }
+    on_token(r, r.sampler.sample(row_logits, r.tokens));
+  }
+}
+
+void Engine::Impl::on_token(Request& r, int32_t token) {
+  const Clock::time_point now = Clock::now();
+  if (r.n_generated == 0) {
+    observe(counters.ttft_counts, counters.ttft_sum, counters.ttft_count, seconds_between(r.submitted, now));
+    counters.prompt_tokens_total += static_cast<uint64_t>(r.n_prompt);
+  } else {
+    observe(counters.itl_counts, counters.itl_sum, counters.itl_count, seconds_between(r.last_token, now));
+  }
+  r.last_token = now;
+  r.tokens.push_back(token);
+  ++r.n_generated;
+  ++counters.generation_tokens_total;
+
+  StreamEvent ev;
+  ev.tokens.push_back(token);
+  if (r.want_logprobs) {
+    ev.logprobs.push_back(r.sampler.chosen_logprob());
+    if (r.sampler.params().n_logprobs > 0) {
+      const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
+      ev.top_logprobs.emplace_back(top.begin(), top.end());
+    }
+  }
+  const FinishReason reason = r.output.push(token, ev.text);
+  ev.prompt_tokens = r.n_prompt;
+  ev.completion_tokens = r.n_generated;
+  ev.cached_prompt_tokens = r.n_cached_prompt;
+  if (reason == FinishReason::kNone) {
+    r.stream->push(std::move(ev));
+    return;
+  }
+  ev.finished = true;
+  ev.finish_reason = reason;
+  r.finished = true;
+  scheduler->finish(&r);  // blocks back at once
+  ++counters.requests_finished_total;
+  r.stream->push(std::move(ev));
+}
+
+void Engine::Impl::end(Request& r, FinishReason reason, const std::string& error) {
+  if (r.finished) return;
+  r.finished = true;
+  scheduler->finish(&r);
+  ++counters.requests_finished_total;
+  StreamEvent ev;
+  ev.finished = true;
+  ev.finish_reason = reason;
+  ev.error = error;
+  ev.prompt_tokens = r.n_prompt;
+  ev.completion_tokens = r.n_generated;
+  ev.cached_prompt_tokens = r.n_cached_prompt;
+  r.stream->push(std::move(ev));
+}
+
+void Engine::Impl::drop_cancelled() {
+  for (std::unique_ptr<Request>& r : live) {
+    if (!r->finished && r->stream->cancelled()) end(*r, FinishReason::kCancelled, {});
+  }
+}
+
+void Engine::Impl::remove_finished() {
+  std::erase_if(live, [](const std::unique_ptr<Request>& r) { return r->finished; });
+}
+
+void Engine::Impl::publish_metrics() {
+  counters.requests_running = scheduler->n_running();
+  counters.requests_waiting = scheduler->n_waiting();
+  counters.kv_blocks_used = 0;
+  counters.kv_blocks_cached = 0;
+  for (int g = 0; g < cache->n_groups(); ++g) {
+    counters.kv_blocks_used += cache->n_used_blocks(g);
+    counters.kv_blocks_cached += cache->n_cached_blocks(g);
+  }
+  const SchedulerStats& s = scheduler->stats();
+  counters.prefix_cache_queries = s.prefix_queries;
+  counters.prefix_cache_hits = s.prefix_hits;
+  counters.preemptions_total = s.preemptions;
+  std::lock_guard lock(metrics_mutex);
+  snapshot = counters;  // same-size vectors: copies without allocating
+}
+
+void Engine::Impl::cancel_everything() {
+  for (std::unique_ptr<Request>& r : live) {
+    if (!r->finished) end(*r, FinishReason::kCancelled, {});
+  }
+  live.clear();
+  std::vector<std::unique_ptr<Request>> queued;
+  {
+    std::lock_guard lock(mutex);
+    queued.swap(incoming);
+  }
+  for (std::unique_ptr<Request>& r : queued) {
+    // Never reached the scheduler: finish it by hand.
+    r->finished = true;
+    ++counters.requests_finished_total;
+    StreamEvent ev;
+    ev.finished = true;
+    ev.finish_reason = FinishReason::kCancelled;
+    ev.prompt_tokens = r->n_prompt;
+    r->stream->push(std::move(ev));
+  }
+  publish_metrics();
+}
+
+// ---------------------------------------------------------------- Engine
+
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+
+Engine::~Engine() { stop(); }
+
+void Engine::start() {
+  std::lock_guard lock(impl_->mutex);
+  if (impl_->stopping) throw Error("engine: start after stop");
+  if (impl_->thread.joinable()) return;
+  impl_->thread = std::thread([impl = impl_.get()] { impl->run(); });
+}
+
+void Engine::stop() {
+  std::lock_guard stop_lock(impl_->stop_mutex);
+  {
+    std::lock_guard lock(impl_->mutex);
+    if (impl_->stopped) return;
+    impl_->stopping = true;
+  }
+  impl_->wake.notify_all();
+  if (impl_->thread.joinable()) impl_->thread.join();
+  impl_->cancel_everything();  // the engine thread is gone: safe from here
+  std::lock_guard lock(impl_->mutex);
+  impl_->stopped = true;
+}
+
+std::shared_ptr<RequestStream> Engine::submit(RequestParams params) {
+  Impl& e = *impl_;
+  const auto n_prompt = static_cast<int64_t>(params.prompt.size());
+  if (n_prompt == 0) throw EngineError(400, "prompt: empty (at least one token is needed)");
+  for (size_t i = 0; i < params.prompt.size(); ++i) {
+    if (params.prompt[i] < 0 || params.prompt[i] >= e.n_vocab) {
+      throw EngineError(400, str_cat("prompt: token ", i, " is ", params.prompt[i],
+                                     ", outside the vocabulary [0, ", e.n_vocab, ")"));
+    }
+  }
+  if (params.max_tokens < 0) {
+    throw EngineError(400, str_cat("max_tokens: must be >= 0 (0: up to the context), got ",
+                                   params.max_tokens));
+  }
+  if (n_prompt >= e.max_request_tokens) {
+    throw EngineError(400, str_cat("prompt: ", n_prompt, " tokens leave no room to generate in ",
+                                   e.max_request_tokens == e.n_ctx ? "the context of " : "the KV cache's limit of ",
+                                   e.max_request_tokens, " tokens"));
+  }
+  const int64_t max_tokens = params.max_tokens > 0 ? params.max_tokens : e.max_request_tokens - n_prompt;
+  if (n_prompt + max_tokens > e.max_request_tokens) {
+    throw EngineError(400, str_cat("prompt of ", n_prompt, " tokens + max_tokens ", max_tokens, " exceeds ",
+                                   e.max_request_tokens == e.n_ctx ? "the context of " : "what the KV cache can hold for one request, ",
+                                   e.max_request_tokens, " tokens"));
+  }
+  for (size_t i = 0; i < params.stop.size(); ++i) {
+    if (params.stop[i].empty()) throw EngineError(400, str_cat("stop: string ", i, " is empty"));
+  }
+  try {
+    validate(params.sampling);
+  } catch (const Error& err) {
+    throw EngineError(400, err.what());
+  }
+  auto stream = std::make_shared<RequestStream>();
+  auto request = std::make_unique<Request>(params, stream, static_cast<int32_t>(max_tokens), e.tokenizer);
+  {
+    std::lock_guard lock(e.mutex);
+    if (e.stopping) throw EngineError(503, "engine: shutting down");
+    if (static_cast<int32_t>(e.incoming.size()) + e.scheduler_waiting >= e.options.max_queue) {
+      throw EngineError(429, str_cat("engine: queue full (", e.options.max_queue,
+                                     " requests waiting); retry later"));
+    }
+    e.incoming.push_back(std::move(request));
+  }
+  e.wake.notify_one();
+  return stream;
+}
+
+EngineMetrics Engine::metrics() const {
+  EngineMetrics m;
+  {
+    std::lock_guard lock(impl_->metrics_mutex);
+    m = impl_->snapshot;
+  }
+  std::lock_guard lock(impl_->mutex);  // requests not yet seen by the engine thread
+  m.requests_waiting += static_cast<int32_t>(impl_->incoming.size());
+  return m;
+}
+
+int32_t Engine::n_ctx() const { return impl_->n_ctx; }
+const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
+const Model& Engine::model() const { return impl_->model; }
+
+}  // namespace ridge

@@ -1,0 +1,145 @@
+// The serving engine: one thread owns the model and the KV cache and, every step, builds
+// one Batch from all running requests (decode tokens first, then chunked prefill of
+// waiting requests within a token budget), runs it, samples, and streams tokens back.
+// HTTP threads submit requests and read their streams; cancelling (a disconnect) frees
+// the request's blocks at the next step.
+//
+//   Engine engine(*model, tokenizer, {.parallel = 8, .max_batch_tokens = 256});
+//   engine.start();
+//   RequestParams p;  p.prompt = tokenizer.encode("Hello");  p.max_tokens = 32;
+//   std::shared_ptr<RequestStream> s = engine.submit(std::move(p));   // throws EngineError
+//   for (StreamEvent ev; s->next(ev);) std::cout << ev.text;           // until finished
+//   engine.stop();
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "engine/sampler.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge {
+
+struct EngineOptions {
+  int32_t parallel = 4;            // most sequences running at once (KV sequence slots)
+  int32_t max_batch_tokens = 256;  // token budget of one step (decode + prefill chunks)
+  size_t kv_budget_bytes = 0;      // 0: enough for `parallel` full contexts, capped at 1 GiB
+  int32_t n_ctx = 0;               // per-sequence context; 0: model's, capped at 8192
+  int32_t max_queue = 64;          // waiting requests beyond this are refused (QueueFull)
+  bool prefix_cache = true;        // reuse full KV blocks of identical prompt prefixes
+                                   // (sliding-window models too; see kv/kv_cache.h)
+};
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+struct RequestParams {
+  std::vector<int32_t> prompt;     // tokens, already templated and tokenized
+  int32_t max_tokens = 16;         // generated tokens at most; 0: as many as the context allows
+  SamplingParams sampling;
+  std::vector<std::string> stop;   // stop strings: generation ends before the first match
+  bool ignore_eos = false;
+};
+
+// One step of a request's stream. Text arrives in whole UTF-8 characters; text that
+// could be the start of a stop string is held back until it is known not to be.
+struct StreamEvent {
+  std::string text;                       // new text (may be empty on the final event)
+  std::vector<int32_t> tokens;            // tokens this event covers
+  std::vector<float> logprobs;            // per token, when sampling.logprobs
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, when n_logprobs > 0
+  bool finished = false;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::string error;                      // when finish_reason == kError
+  // Totals so far (final values on the finished event).
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;       // prompt tokens served from the prefix cache
+};
+
+// Thrown by submit() for a request that cannot be served; `status` is the HTTP status
+// the server should answer with (400 invalid, 429 queue full, 503 stopping).
+class EngineError : public Error {
+ public:
+  EngineError(int status, const std::string& message) : Error(message), status(status) {}
+  int status;
+};
+
+// The consumer side of one request. Thread-safe; the engine pushes, one reader pops.
+class RequestStream {
+ public:
+  // Blocks until an event is available; returns false after the finished event was read.
+  bool next(StreamEvent& event);
+  // Like next() but gives up after timeout (returns false and leaves event untouched,
+  // with timed_out set) — lets a server poll for client disconnects.
+  bool next_for(StreamEvent& event, std::chrono::milliseconds timeout, bool& timed_out);
+  // Asks the engine to stop this request; its blocks are freed at the next step and a
+  // final event with FinishReason::kCancelled follows.
+  void cancel();
+  bool cancelled() const;
+
+ private:
+  friend class Engine;
+  void push(StreamEvent event);
+  mutable std::mutex mutex_;
+  std::condition_variable ready_;
+  std::deque<StreamEvent> events_;
+  bool finished_read_ = false;
+  bool cancel_requested_ = false;
+};
+
+// A snapshot for /metrics.
+struct EngineMetrics {
+  int32_t requests_running = 0;
+  int32_t requests_waiting = 0;
+  int32_t kv_blocks_total = 0;        // all groups
+  int32_t kv_blocks_used = 0;
+  int32_t kv_blocks_cached = 0;       // free but holding reusable prefix blocks
+  uint64_t prefix_cache_queries = 0;  // prompt blocks looked up
+  uint64_t prefix_cache_hits = 0;     // prompt blocks found
+  uint64_t prompt_tokens_total = 0;
+  uint64_t generation_tokens_total = 0;
+  uint64_t requests_finished_total = 0;
+  uint64_t preemptions_total = 0;
+  // Histograms: bucket upper bounds in seconds and cumulative counts, Prometheus-style.
+  std::vector<double> latency_buckets;
+  std::vector<uint64_t> ttft_counts;     // time to first token
+  double ttft_sum = 0;
+  uint64_t ttft_count = 0;
+  std::vector<uint64_t> itl_counts;      // inter-token latency
+  double itl_sum = 0;
+  uint64_t itl_count = 0;
+};
+
+class Engine {
+ public:
+  Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  ~Engine();  // stops the loop; unfinished requests end with kCancelled
+
+  void start();
+  void stop();
+
+  // Validates (empty prompt, prompt + max_tokens beyond the context -> 400, bad sampling
+  // params -> 400, queue full -> 429) and queues the request.
+  std::shared_ptr<RequestStream> submit(RequestParams params);
+
+  EngineMetrics metrics() const;
+  int32_t n_ctx() const;
+  const Tokenizer& tokenizer() const;
+  const Model& model() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ridge

@@ -1,0 +1,477 @@
+// The engine end to end on stories260K (a tiny real Llama): batching, preemption and
+// prefix caching never change a request's output; cancellation returns blocks; stop
+// strings, max_tokens, seeds, logprobs, metrics and submit errors behave as documented.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "engine/generator.h"
+#include "engine/request_output.h"
+#include "engine/stop_strings.h"
+#include "gguf/gguf.h"
+
+namespace ridge {
+namespace {
+
+const std::string kModelPath = std::string(RIDGE_FIXTURES) + "/models/stories260K.gguf";
+
+struct Fixture {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+Fixture& stories() {
+  static Fixture f = [] {
+    Fixture x;
+    x.model = Model::load(kModelPath, {.n_threads = 2, .max_batch_tokens = 128});
+    x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x.model->file()));
+    return x;
+  }();
+  return f;
+}
+
+struct Output {
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
+  FinishReason reason = FinishReason::kNone;
+  std::string error;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+  int32_t n_events = 0;
+};
+
+Output collect(RequestStream& stream) {
+  Output out;
+  for (StreamEvent ev; stream.next(ev);) {
+    ++out.n_events;
+    out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
+    out.text += ev.text;
+    out.logprobs.insert(out.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
+    out.top_logprobs.insert(out.top_logprobs.end(), ev.top_logprobs.begin(), ev.top_logprobs.end());
+    if (ev.finished) {
+      out.reason = ev.finish_reason;
+      out.error = ev.error;
+      out.completion_tokens = ev.completion_tokens;
+      out.cached_prompt_tokens = ev.cached_prompt_tokens;
+    }
+  }
+  return out;
+}
+
+std::vector<int32_t> encode(const std::string& text) { return stories().tokenizer->encode(text); }
+
+RequestParams greedy(const std::string& prompt, int32_t max_tokens, bool ignore_eos = true) {
+  RequestParams p;
+  p.prompt = encode(prompt);
+  p.max_tokens = max_tokens;
+  p.sampling.temperature = 0;
+  p.ignore_eos = ignore_eos;
+  return p;
+}
+
+EngineOptions options(int32_t parallel, int32_t max_batch_tokens = 64) {
+  EngineOptions o;
+  o.parallel = parallel;
+  o.max_batch_tokens = max_batch_tokens;
+  o.n_ctx = 512;
+  o.prefix_cache = false;
+  return o;
+}
+
+// Each request run on an engine of its own, one at a time: the reference outputs.
+std::vector<Output> run_alone(const std::vector<RequestParams>& requests) {
+  Engine engine(*stories().model, *stories().tokenizer, options(1));
+  engine.start();
+  std::vector<Output> outs;
+  for (const RequestParams& p : requests) outs.push_back(collect(*engine.submit(p)));
+  return outs;
+}
+
+std::vector<Output> run_together(Engine& engine, const std::vector<RequestParams>& requests) {
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (const RequestParams& p : requests) streams.push_back(engine.submit(p));
+  std::vector<Output> outs;
+  for (auto& s : streams) outs.push_back(collect(*s));
+  return outs;
+}
+
+// 16 prompts from 2 to ~150 tokens, with 4..60 tokens to generate.
+std::vector<RequestParams> mixed_requests() {
+  const std::vector<std::string> starts = {
+      "Once upon a time", "The dog", "Lily and Ben went to the park.", "Tom had a red ball",
+      "One day, a little bird", "Sue", "The sun was hot and the sky was blue.", "Mom said",
+  };
+  std::vector<RequestParams> out;
+  for (int i = 0; i < 16; ++i) {
+    std::string prompt = starts[static_cast<size_t>(i) % starts.size()];
+    for (int r = 0; r < i % 5; ++r) prompt += " " + starts[static_cast<size_t>(i + r + 1) % starts.size()];
+    if (i == 7 || i == 12) {
+      for (int r = 0; r < 12; ++r) prompt += " They played all day and were happy.";
+    }
+    out.push_back(greedy(prompt, 4 + (i * 7) % 57));
+  }
+  return out;
+}
+
+void expect_same_tokens(const std::vector<Output>& got, const std::vector<Output>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].tokens, want[i].tokens) << "request " << i;
+    EXPECT_EQ(got[i].text, want[i].text) << "request " << i;
+    EXPECT_EQ(got[i].reason, want[i].reason) << "request " << i;
+  }
+}
+
+EngineMetrics wait_until_idle(const Engine& engine) {
+  EngineMetrics m = engine.metrics();
+  for (int i = 0; i < 500 && (m.requests_running > 0 || m.requests_waiting > 0 || m.kv_blocks_used > 0); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    m = engine.metrics();
+  }
+  return m;
+}
+
+TEST(Engine, GreedyOutputMatchesTheSingleConversationGenerator) {
+  const RequestParams p = greedy("Once upon a time", 40);
+  const Output alone = run_alone({p})[0];
+  Generator gen(*stories().model, *stories().tokenizer, {.n_ctx = 512});
+  std::string text;
+  SamplingParams s;
+  s.temperature = 0;
+  gen.generate(p.prompt, 40, s, [&](std::string_view t) { text += t; return true; });
+  EXPECT_EQ(alone.text, text);
+  EXPECT_EQ(alone.completion_tokens, 40);
+  EXPECT_EQ(alone.reason, FinishReason::kLength);
+  EXPECT_FALSE(text.empty());
+}
+
+TEST(Engine, SixteenConcurrentRequestsMatchTheirOutputsAlone) {
+  const std::vector<RequestParams> requests = mixed_requests();
+  const std::vector<Output> want = run_alone(requests);
+  Engine engine(*stories().model, *stories().tokenizer, options(8, 64));
+  engine.start();
+  const std::vector<Output> got = run_together(engine, requests);
+  expect_same_tokens(got, want);
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_EQ(got[i].completion_tokens, requests[i].max_tokens);
+    EXPECT_EQ(got[i].reason, FinishReason::kLength);
+  }
+  const EngineMetrics m = wait_until_idle(engine);
+  EXPECT_EQ(m.requests_finished_total, 16u);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.preemptions_total, 0u);
+  uint64_t generated = 0, prompt = 0;
+  for (const RequestParams& p : requests) {
+    generated += static_cast<uint64_t>(p.max_tokens);
+    prompt += p.prompt.size();
+  }
+  EXPECT_EQ(m.generation_tokens_total, generated);
+  EXPECT_EQ(m.prompt_tokens_total, prompt);
+  // Histograms: one TTFT per request, one inter-token gap per later token; cumulative.
+  EXPECT_EQ(m.ttft_count, 16u);
+  EXPECT_EQ(m.itl_count, generated - 16);
+  ASSERT_EQ(m.ttft_counts.size(), m.latency_buckets.size());
+  EXPECT_TRUE(std::is_sorted(m.ttft_counts.begin(), m.ttft_counts.end()));
+  EXPECT_TRUE(std::is_sorted(m.itl_counts.begin(), m.itl_counts.end()));
+  EXPECT_LE(m.ttft_counts.back(), m.ttft_count);
+  EXPECT_EQ(m.latency_buckets.front(), 0.005);
+  EXPECT_EQ(m.latency_buckets.back(), 60.0);
+  EXPECT_GT(m.ttft_sum, 0.0);
+}
+
+TEST(Engine, PreemptionUnderATightKvBudgetKeepsEveryOutput) {
+  std::vector<RequestParams> requests = mixed_requests();
+  requests.resize(8);
+  for (RequestParams& p : requests) p.max_tokens = 60;
+  const std::vector<Output> want = run_alone(requests);
+  // stories260K: 5 layers x 2 x 4 KV heads x 8 x 4 bytes = 1280 bytes a token, 20 KiB a
+  // 16-token block. 16 blocks (256 tokens) cannot hold 8 requests of ~70-100 tokens.
+  EngineOptions o = options(8, 64);
+  o.kv_budget_bytes = 16 * 20480;
+  Engine engine(*stories().model, *stories().tokenizer, o);
+  engine.start();
+  const std::vector<Output> got = run_together(engine, requests);
+  expect_same_tokens(got, want);
+  const EngineMetrics m = wait_until_idle(engine);
+  EXPECT_EQ(m.kv_blocks_total, 16);
+  EXPECT_GT(m.preemptions_total, 0u);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+}
+
+TEST(Engine, PrefixCacheHitKeepsTheOutput) {
+  std::string story;
+  for (int r = 0; r < 10; ++r) story += " Lily and Ben went to the park. They played all day.";
+  RequestParams first = greedy(story + " Then", 20);
+  RequestParams second = greedy(story + " The dog said", 20);
+  const std::vector<Output> want = run_alone({first, second});
+
+  EngineOptions o = options(4, 64);
+  o.prefix_cache = true;
+  Engine engine(*stories().model, *stories().tokenizer, o);
+  engine.start();
+  const Output a = collect(*engine.submit(first));
+  const EngineMetrics before = wait_until_idle(engine);
+  EXPECT_EQ(before.prefix_cache_hits, 0u);
+  EXPECT_GT(before.kv_blocks_cached, 0);
+  const Output b = collect(*engine.submit(second));
+  EXPECT_EQ(a.tokens, want[0].tokens);
+  EXPECT_EQ(b.tokens, want[1].tokens);
+  EXPECT_EQ(b.text, want[1].text);
+  EXPECT_EQ(a.cached_prompt_tokens, 0);
+  // The shared prefix is at least the story's full 16-token blocks but the last.
+  const int32_t common = static_cast<int32_t>(std::mismatch(first.prompt.begin(), first.prompt.end(),
+                                                            second.prompt.begin()).first -
+                                              first.prompt.begin());
+  EXPECT_GE(common, 100);
+  EXPECT_EQ(b.cached_prompt_tokens, common / 16 * 16);
+  const EngineMetrics after = wait_until_idle(engine);
+  EXPECT_EQ(after.prefix_cache_hits, static_cast<uint64_t>(common / 16));
+  EXPECT_GT(after.prefix_cache_queries, after.prefix_cache_hits);
+}
+
+TEST(Engine, CancellingMidStreamReturnsItsBlocks) {
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  std::shared_ptr<RequestStream> s = engine.submit(greedy("Once upon a time", 400));
+  StreamEvent ev;
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(s->next(ev));
+    ASSERT_FALSE(ev.finished);
+  }
+  EXPECT_GT(engine.metrics().kv_blocks_used, 0);
+  s->cancel();
+  EXPECT_TRUE(s->cancelled());
+  const Output rest = collect(*s);
+  EXPECT_EQ(rest.reason, FinishReason::kCancelled);
+  EXPECT_LT(rest.completion_tokens, 400);
+  const EngineMetrics m = wait_until_idle(engine);
+  EXPECT_EQ(m.kv_blocks_used, 0);
+  EXPECT_EQ(m.requests_running, 0);
+  EXPECT_EQ(m.requests_finished_total, 1u);
+  EXPECT_FALSE(s->next(ev));  // the finished event was read
+}
+
+TEST(Engine, StopStringEndsGenerationAndIsNotEmitted) {
+  const Output full = run_alone({greedy("Once upon a time", 60)})[0];
+  // Pick a stop string from the middle of the reference text.
+  const size_t at = full.text.find(' ', full.text.size() / 2);
+  ASSERT_NE(at, std::string::npos);
+  const std::string stop = full.text.substr(at, 4);
+  const size_t first = full.text.find(stop);
+  RequestParams p = greedy("Once upon a time", 60);
+  p.stop = {"never appears \x01", stop};
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  const Output out = collect(*engine.submit(p));
+  EXPECT_EQ(out.reason, FinishReason::kStop);
+  EXPECT_EQ(out.text, full.text.substr(0, first));
+  EXPECT_LT(out.completion_tokens, 60);
+  // Without a match the whole text arrives, held-back parts included.
+  RequestParams q = greedy("Once upon a time", 60);
+  q.stop = {full.text.substr(full.text.size() - 3) + "zzz"};
+  const Output unmatched = collect(*engine.submit(q));
+  EXPECT_EQ(unmatched.text, full.text);
+  EXPECT_EQ(unmatched.reason, FinishReason::kLength);
+}
+
+TEST(Engine, MaxTokensEndsWithLength) {
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  const Output out = collect(*engine.submit(greedy("The dog", 7)));
+  EXPECT_EQ(out.completion_tokens, 7);
+  EXPECT_EQ(out.tokens.size(), 7u);
+  EXPECT_EQ(out.reason, FinishReason::kLength);
+  EXPECT_EQ(out.n_events, 7);  // one event per token, the last one finished
+}
+
+// Model-free: the text side of a request. (stories260K ends a story with BOS, which is
+// not an end-of-generation token, so a generated EOS is fed here by hand.)
+TEST(RequestOutput, EndOfGenerationStopsUnlessIgnored) {
+  const Tokenizer& tok = *stories().tokenizer;
+  const int32_t eos = tok.eos();
+  ASSERT_TRUE(tok.is_end_of_generation(eos));
+  const std::vector<int32_t> words = encode("The dog ran");
+  std::string text;
+  RequestOutput out(tok, {}, /*ignore_eos=*/false, 10);
+  for (size_t i = 1; i < words.size(); ++i) EXPECT_EQ(out.push(words[i], text), FinishReason::kNone);
+  EXPECT_EQ(out.push(eos, text), FinishReason::kStop);
+  EXPECT_EQ(text, " The dog ran");  // piece text as streamed (leading dummy-prefix space)
+  EXPECT_EQ(out.n_generated(), static_cast<int32_t>(words.size()));
+
+  std::string ignored;
+  RequestOutput go_on(tok, {}, /*ignore_eos=*/true, 10);
+  EXPECT_EQ(go_on.push(eos, ignored), FinishReason::kNone);
+  EXPECT_EQ(go_on.push(words[1], ignored), FinishReason::kNone);
+  EXPECT_EQ(ignored, " The");
+}
+
+TEST(RequestOutput, MaxTokensReleasesHeldBackText) {
+  const Tokenizer& tok = *stories().tokenizer;
+  const std::vector<int32_t> words = encode("The dog");  // BOS, then " The dog" in pieces
+  const auto n = static_cast<int32_t>(words.size()) - 1;
+  ASSERT_GE(n, 2);
+  std::string text;
+  RequestOutput out(tok, {" The dog is"}, false, n);
+  for (int32_t i = 1; i < n; ++i) {
+    EXPECT_EQ(out.push(words[static_cast<size_t>(i)], text), FinishReason::kNone);
+    EXPECT_EQ(text, "");  // all of it may still start the stop string
+  }
+  EXPECT_EQ(out.push(words.back(), text), FinishReason::kLength);
+  EXPECT_EQ(text, " The dog");
+}
+
+TEST(StopMatcher, HoldsBackPossibleStartsAndCutsAtTheFirstMatch) {
+  StopMatcher m({"abc", "bd", ""});
+  std::string out;
+  EXPECT_FALSE(m.push("xxa", out));
+  EXPECT_EQ(out, "xx");  // "a" may start "abc"
+  EXPECT_FALSE(m.push("b", out));
+  EXPECT_EQ(out, "xx");  // "ab" may start "abc", "b" may start "bd"
+  EXPECT_FALSE(m.push("x", out));
+  EXPECT_EQ(out, "xxabx");
+  EXPECT_TRUE(m.push("yyabdzz", out));  // "bd" completes first (at "b" of "abd")
+  EXPECT_EQ(out, "xxabxyya");
+  EXPECT_TRUE(m.stopped());
+  EXPECT_TRUE(m.push("more", out));
+  m.flush(out);
+  EXPECT_EQ(out, "xxabxyya");
+
+  StopMatcher tail({"\n\n"});
+  std::string t;
+  EXPECT_FALSE(tail.push("end\n", t));
+  EXPECT_EQ(t, "end");
+  tail.flush(t);
+  EXPECT_EQ(t, "end\n");
+
+  StopMatcher none;
+  std::string n;
+  EXPECT_FALSE(none.push("anything", n));
+  EXPECT_EQ(n, "anything");
+}
+
+TEST(Engine, SameSeedSameSampledOutputAloneOrBatched) {
+  auto sampled = [](const std::string& prompt, uint64_t seed) {
+    RequestParams p = greedy(prompt, 40);
+    p.sampling.temperature = 1.0f;
+    p.sampling.top_p = 0.95f;
+    p.sampling.seed = seed;
+    return p;
+  };
+  const RequestParams target = sampled("Once upon a time", 42);
+  const Output alone = run_alone({target})[0];
+  std::vector<RequestParams> batch;
+  for (int i = 0; i < 7; ++i) batch.push_back(sampled(i % 2 ? "The dog" : "Once upon a time", 100 + i));
+  batch.insert(batch.begin() + 3, target);
+  Engine engine(*stories().model, *stories().tokenizer, options(8, 32));
+  engine.start();
+  const std::vector<Output> got = run_together(engine, batch);
+  EXPECT_EQ(got[3].tokens, alone.tokens);
+  EXPECT_EQ(got[3].text, alone.text);
+  // A different seed on the same prompt samples something else.
+  EXPECT_NE(got[0].tokens, alone.tokens);
+}
+
+TEST(Engine, LogprobsOfGreedyTokensAreTheTopAlternatives) {
+  RequestParams p = greedy("Lily and Ben", 10);
+  p.sampling.logprobs = true;
+  p.sampling.n_logprobs = 3;
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  const Output out = collect(*engine.submit(p));
+  ASSERT_EQ(out.logprobs.size(), 10u);
+  ASSERT_EQ(out.top_logprobs.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) {
+    ASSERT_EQ(out.top_logprobs[i].size(), 3u);
+    EXPECT_EQ(out.top_logprobs[i][0].token, out.tokens[i]);
+    EXPECT_FLOAT_EQ(out.top_logprobs[i][0].logprob, out.logprobs[i]);
+    EXPECT_LE(out.logprobs[i], 0.0f);
+  }
+}
+
+int status_of(Engine& engine, RequestParams p) {
+  try {
+    engine.submit(std::move(p));
+  } catch (const EngineError& e) {
+    return e.status;
+  }
+  return 200;
+}
+
+TEST(Engine, SubmitRejectsBadRequestsWithAStatus) {
+  EngineOptions o = options(2);
+  o.max_queue = 2;
+  Engine engine(*stories().model, *stories().tokenizer, o);  // not started: requests queue
+  RequestParams empty = greedy("", 4);
+  empty.prompt.clear();
+  EXPECT_EQ(status_of(engine, empty), 400);
+  EXPECT_EQ(status_of(engine, greedy("Once upon a time", 600)), 400);  // past n_ctx 512
+  RequestParams long_prompt = greedy("x", 4);
+  long_prompt.prompt.assign(512, 1);
+  EXPECT_EQ(status_of(engine, long_prompt), 400);
+  RequestParams bad_token = greedy("The dog", 4);
+  bad_token.prompt[1] = 512;
+  EXPECT_EQ(status_of(engine, bad_token), 400);
+  RequestParams bad_sampling = greedy("The dog", 4);
+  bad_sampling.sampling.top_p = 2.0f;
+  EXPECT_EQ(status_of(engine, bad_sampling), 400);
+  RequestParams bad_stop = greedy("The dog", 4);
+  bad_stop.stop = {""};
+  EXPECT_EQ(status_of(engine, bad_stop), 400);
+  RequestParams negative = greedy("The dog", -1);
+  EXPECT_EQ(status_of(engine, negative), 400);
+  try {
+    engine.submit(empty);
+  } catch (const EngineError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt"), std::string::npos) << e.what();
+  }
+
+  std::shared_ptr<RequestStream> a = engine.submit(greedy("The dog", 4));
+  std::shared_ptr<RequestStream> b = engine.submit(greedy("The dog", 4));
+  EXPECT_EQ(status_of(engine, greedy("The dog", 4)), 429);
+  EXPECT_EQ(engine.metrics().requests_waiting, 2);
+  engine.stop();
+  EXPECT_EQ(status_of(engine, greedy("The dog", 4)), 503);
+  EXPECT_EQ(collect(*a).reason, FinishReason::kCancelled);
+  EXPECT_EQ(collect(*b).reason, FinishReason::kCancelled);
+}
+
+TEST(Engine, ZeroMaxTokensMeansUpToTheContext) {
+  EngineOptions o = options(1);
+  o.n_ctx = 64;
+  Engine engine(*stories().model, *stories().tokenizer, o);
+  engine.start();
+  RequestParams p = greedy("Once upon a time", 0);
+  const Output out = collect(*engine.submit(p));
+  EXPECT_EQ(out.completion_tokens, 64 - static_cast<int32_t>(p.prompt.size()));
+  EXPECT_EQ(out.reason, FinishReason::kLength);
+}
+
+TEST(Engine, StopCancelsRunningRequests) {
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  std::shared_ptr<RequestStream> s = engine.submit(greedy("Once upon a time", 400));
+  StreamEvent ev;
+  ASSERT_TRUE(s->next(ev));
+  engine.stop();
+  const Output rest = collect(*s);
+  EXPECT_EQ(rest.reason, FinishReason::kCancelled);
+}
+
+TEST(Engine, RejectsOptionsItCannotServe) {
+  EngineOptions o = options(4, 256);  // the model was loaded for batches of 128
+  EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
+  o = options(8, 4);  // fewer tokens per step than running sequences
+  EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
+}
+
+}  // namespace
+}  // namespace ridge
