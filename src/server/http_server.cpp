@@ -1,0 +1,372 @@
+#include "server/http_server.h"
+
+#include <httplib.h>
+
+#include <chrono>
+#include <map>
+#include <mutex>
+#include <random>
+
+#include "server/api_error.h"
+#include "server/metrics_text.h"
+#include "server/openai_request.h"
+#include "server/openai_response.h"
+#include "server/web_assets.h"
+
+namespace ridge::server {
+
+using nlohmann::json;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// How long a reader waits on the engine before checking that the client is still there.
+constexpr auto kDisconnectPoll = std::chrono::milliseconds(100);
+// With several choices, each stream is polled briefly in turn.
+constexpr auto kMultiChoicePoll = std::chrono::milliseconds(2);
+
+void send_error(httplib::Response& res, const ApiError& e) {
+  res.status = e.status;
+  res.set_content(dump_json(error_json(e)), "application/json");
+}
+
+// Compares without an early exit, so the time taken does not reveal a matching prefix.
+bool same_secret(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size(); ++i) diff |= static_cast<unsigned char>(a[i] ^ b[i % (b.empty() ? 1 : b.size())]);
+  return diff == 0 && !b.empty();
+}
+
+// One in-flight completion request: its choices' streams and what they produced so far.
+// Shared by the content provider and its releaser, which cancels whatever is unfinished
+// if the response is dropped (client gone before or while streaming).
+struct Exchange {
+  ApiRequest request;
+  ResponseMeta meta;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<ChoiceResult> results;
+  std::vector<bool> finished;
+  std::vector<size_t> text_offsets;  // completions logprobs: text emitted so far per choice
+  bool failed = false;               // an error body was written instead of a result
+
+  void cancel_unfinished() {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!finished[i]) streams[i]->cancel();
+  }
+  bool all_finished() const {
+    for (bool f : finished)
+      if (!f) return false;
+    return true;
+  }
+};
+
+}  // namespace
+
+struct Server::Impl {
+  Impl(Engine& engine, std::optional<ChatTemplate> chat_template, ServerOptions options)
+      : engine(engine), chat_template(std::move(chat_template)), options(std::move(options)) {}
+
+  Engine& engine;
+  std::optional<ChatTemplate> chat_template;
+  ServerOptions options;
+  httplib::Server http;
+  std::mutex counts_mutex;
+  std::map<int, uint64_t> response_counts;  // by HTTP status, for /metrics
+
+  void install_routes();
+  bool authorized(const httplib::Request& req, httplib::Response& res) const;
+  void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void check_model(const std::string& model) const;
+  std::shared_ptr<Exchange> submit(ApiRequest request, Endpoint endpoint);
+  // Relays events until every choice finishes; false when the client went away.
+  bool relay(Exchange& ex, httplib::DataSink& sink) const;
+  bool on_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const;
+  static bool write_failure(Exchange& ex, httplib::DataSink& sink, const std::string& message);
+  json models_json() const;
+};
+
+Server::Server(Engine& engine, std::optional<ChatTemplate> chat_template, ServerOptions options)
+    : impl_(std::make_unique<Impl>(engine, std::move(chat_template), std::move(options))) {
+  impl_->install_routes();
+}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+  const ServerOptions& o = impl_->options;
+  int port = o.port;
+  if (o.port == 0) {
+    port = impl_->http.bind_to_any_port(o.host);
+    if (port < 0) throw Error(str_cat("serve: cannot bind ", o.host, " to a free port"));
+  } else if (!impl_->http.bind_to_port(o.host, o.port)) {
+    throw Error(str_cat("serve: cannot listen on ", o.host, ":", o.port, " (address in use or not available)"));
+  }
+  return port;
+}
+
+void Server::run() { impl_->http.listen_after_bind(); }
+
+void Server::stop() { impl_->http.stop(); }
+
+void Server::Impl::install_routes() {
+  const int32_t threads = options.n_http_threads > 0 ? options.n_http_threads : 64 + 8;
+  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
+  http.set_payload_max_length(options.max_body_bytes);
+  http.set_keep_alive_max_count(100);
+  // Each SSE event is a small write: without TCP_NODELAY, Nagle's algorithm holds it
+  // until the client's delayed ACK (~40 ms), which shows up as time to first token.
+  http.set_tcp_nodelay(true);
+  // A streaming client that stops reading makes a write block; after this long its
+  // request is treated as disconnected and cancelled.
+  http.set_write_timeout(30, 0);
+
+  http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+    return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                : httplib::Server::HandlerResponse::Handled;
+  });
+  // Errors httplib raises itself (unknown path, body too large, bad request line) get the
+  // same OpenAI-style body as ours; responses that already have one keep it.
+  http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
+    if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
+    std::string message;
+    if (res.status == 404)
+      message = str_cat("Unknown request URL: ", req.method, " ", req.path, ".");
+    else if (res.status == 413)
+      message = "The request body is larger than this server accepts (--max-body-bytes).";
+    else
+      message = str_cat("HTTP error ", res.status, " for ", req.method, " ", req.path, ".");
+    send_error(res, ApiError(res.status, message, "", res.status == 404 ? "unknown_url" : ""));
+    return httplib::Server::HandlerResponse::Handled;
+  }));
+  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
+    std::string what = "unknown exception";
+    try {
+      std::rethrow_exception(ep);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    send_error(res, ApiError(500, str_cat("Internal server error: ", what)));
+  });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
+    std::lock_guard lock(counts_mutex);
+    ++response_counts[res.status];
+  });
+
+  http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
+    res.set_content(R"({"status":"ok"})", "application/json");
+  });
+  http.Get("/metrics", [this](const httplib::Request&, httplib::Response& res) {
+    std::map<int, uint64_t> counts;
+    {
+      std::lock_guard lock(counts_mutex);
+      counts = response_counts;
+    }
+    res.set_content(render_metrics(engine.metrics(), counts), kPrometheusContentType);
+  });
+  http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
+    res.set_content(dump_json(models_json()), "application/json");
+  });
+  http.Get(R"(/v1/models/(.+))", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      check_model(req.matches[1]);
+      res.set_content(dump_json(models_json()["data"][0]), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  http.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, Endpoint::kCompletions);
+  });
+  http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_generate(req, res, Endpoint::kChatCompletions);
+  });
+  // The chat page: "/" and the files beside it.
+  http.Get(R"(/([A-Za-z0-9_.\-]*))", [](const httplib::Request& req, httplib::Response& res) {
+    const WebAsset* asset = find_web_asset(req.path);
+    if (asset == nullptr) {
+      send_error(res, ApiError(404, str_cat("Unknown request URL: GET ", req.path, "."), "", "unknown_url"));
+      return;
+    }
+    res.set_content(asset->body.data(), asset->body.size(), content_type_for(asset->path));
+  });
+}
+
+bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
+  // The API is guarded; the page, /health and /metrics stay open (as llama.cpp's are).
+  if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return true;
+  const std::string header = req.get_header_value("Authorization");
+  const std::string prefix = "Bearer ";
+  if (header.empty()) {
+    send_error(res, ApiError(401,
+                             "You didn't provide an API key. You need to provide your API key in an Authorization "
+                             "header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+                             "", "missing_api_key"));
+    return false;
+  }
+  if (header.rfind(prefix, 0) != 0 || !same_secret(header.substr(prefix.size()), options.api_key)) {
+    send_error(res, ApiError(401, "Incorrect API key provided.", "", "invalid_api_key"));
+    return false;
+  }
+  return true;
+}
+
+json Server::Impl::models_json() const {
+  const Model& model = engine.model();
+  json entry = {{"id", options.model_name},
+                {"object", "model"},
+                {"created", 0},
+                {"owned_by", "ridge"},
+                {"meta",
+                 {{"architecture", model.config().summary()},
+                  {"n_ctx", engine.n_ctx()},
+                  {"n_vocab", engine.tokenizer().n_vocab()},
+                  {"chat_template", chat_template ? json(std::string(chat_format_name(chat_template->format)))
+                                                  : json(nullptr)}}}};
+  return {{"object", "list"}, {"data", json::array({entry})}};
+}
+
+void Server::Impl::check_model(const std::string& model) const {
+  if (model.empty() || model == options.model_name) return;
+  throw ApiError(404, str_cat("The model `", model, "` does not exist. This server serves `", options.model_name, "`."),
+                 "model", "model_not_found");
+}
+
+std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endpoint) {
+  check_model(request.model);
+  if (!request.seed_given) {
+    std::random_device rd;
+    request.sampling.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
+  }
+  PromptLimits limits{.n_ctx = engine.n_ctx(), .max_prompt_tokens = options.max_prompt_tokens};
+  std::vector<RequestParams> params =
+      build_engine_requests(request, engine.tokenizer(), chat_template ? &*chat_template : nullptr, limits);
+
+  auto ex = std::make_shared<Exchange>();
+  ex->meta = make_response_meta(endpoint, options.model_name);
+  ex->request = std::move(request);
+  try {
+    for (RequestParams& p : params) {
+      ex->streams.push_back(engine.submit(std::move(p)));
+      ex->finished.push_back(false);
+    }
+  } catch (...) {
+    ex->cancel_unfinished();  // all or nothing: n choices are one request
+    throw;
+  }
+  ex->results.resize(ex->streams.size());
+  ex->text_offsets.assign(ex->streams.size(), 0);
+  return ex;
+}
+
+void Server::Impl::handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint) {
+  std::shared_ptr<Exchange> ex;
+  try {
+    ex = submit(parse_api_request(req.body, endpoint), endpoint);
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  } catch (const EngineError& e) {
+    ApiError api(e.status, e.what(), "", e.status == 429 ? "queue_full" : "");
+    if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
+    send_error(res, api);
+    return;
+  } catch (const Error& e) {
+    send_error(res, ApiError(400, e.what()));
+    return;
+  }
+  // Both kinds answer through a chunked provider: it is where a disconnected client can
+  // be noticed (sink.is_writable) and its request cancelled, even before any output.
+  const char* type = ex->request.stream ? "text/event-stream" : "application/json";
+  if (ex->request.stream) res.set_header("Cache-Control", "no-cache");
+  res.set_chunked_content_provider(
+      type,
+      [this, ex](size_t, httplib::DataSink& sink) {
+        bool ok = false;
+        try {
+          ok = relay(*ex, sink);
+        } catch (const std::exception& e) {
+          ok = write_failure(*ex, sink, str_cat("Internal server error: ", e.what()));
+        }
+        ex->cancel_unfinished();
+        if (ok) sink.done();
+        return ok;  // false drops the connection: the client is gone
+      },
+      [ex](bool) { ex->cancel_unfinished(); });
+}
+
+bool Server::Impl::write_failure(Exchange& ex, httplib::DataSink& sink, const std::string& message) {
+  // The status line is out already, so the error goes in the body: the JSON error object,
+  // or an SSE event holding it (OpenAI's clients raise on an "error" event).
+  ex.cancel_unfinished();
+  ex.finished.assign(ex.finished.size(), true);
+  ex.failed = true;
+  std::string body = dump_json(error_json(ApiError(500, message)));
+  if (ex.request.stream) body = "data: " + body + "\n\n";
+  return sink.write(body.data(), body.size());
+}
+
+bool Server::Impl::relay(Exchange& ex, httplib::DataSink& sink) const {
+  const bool stream = ex.request.stream;
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  if (stream && ex.meta.endpoint == Endpoint::kChatCompletions)
+    for (size_t i = 0; i < ex.streams.size(); ++i)
+      if (!write(sse_event(role_chunk(ex.meta, static_cast<int32_t>(i), ex.request.include_usage)))) return false;
+
+  auto last_check = Clock::now();
+  while (!ex.all_finished()) {
+    size_t unfinished = 0;
+    for (bool f : ex.finished) unfinished += f ? 0 : 1;
+    const auto wait = unfinished == 1 ? kDisconnectPoll : kMultiChoicePoll;
+    for (size_t i = 0; i < ex.streams.size(); ++i) {
+      if (ex.finished[i]) continue;
+      StreamEvent event;
+      bool timed_out = false;
+      if (ex.streams[i]->next_for(event, wait, timed_out)) {
+        if (!on_event(ex, i, event, sink)) return false;
+      } else if (!timed_out) {
+        ex.finished[i] = true;  // the stream ended without a final event we saw
+      }
+    }
+    if (Clock::now() - last_check >= kDisconnectPoll) {
+      if (!sink.is_writable()) return false;
+      last_check = Clock::now();
+    }
+  }
+  if (ex.failed) return true;
+
+  if (stream) {
+    if (ex.request.include_usage && !write(sse_event(usage_chunk(ex.meta, total_usage(ex.results))))) return false;
+    return write(kSseDone);
+  }
+  return write(dump_json(response_json(ex.meta, ex.results, engine.tokenizer(), ex.request)));
+}
+
+bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  ex.results[choice].add(event);
+  if (event.finished) ex.finished[choice] = true;
+
+  if (event.finished &&
+      (event.finish_reason == FinishReason::kError || event.finish_reason == FinishReason::kCancelled)) {
+    // Not the client's doing (a disconnect never gets here): an engine failure, or the
+    // engine stopping. The status is already sent, so the error goes in the body.
+    std::string message = event.finish_reason == FinishReason::kError
+                              ? str_cat("The engine failed while generating: ", event.error)
+                              : std::string("The request was cancelled because the server is shutting down.");
+    return write_failure(ex, sink, message);
+  }
+  if (!ex.request.stream) return true;
+
+  const auto index = static_cast<int32_t>(choice);
+  if (!event.text.empty() || (ex.request.logprobs && !event.tokens.empty())) {
+    if (!write(sse_event(text_chunk(ex.meta, index, event, engine.tokenizer(), ex.request, ex.text_offsets[choice]))))
+      return false;
+    ex.text_offsets[choice] += event.text.size();
+  }
+  if (event.finished && !write(sse_event(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage))))
+    return false;
+  return true;
+}
+
+}  // namespace ridge::server

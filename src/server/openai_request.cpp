@@ -1,0 +1,376 @@
+#include "server/openai_request.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <limits>
+
+#include "server/api_error.h"
+
+namespace ridge::server {
+namespace {
+
+using nlohmann::json;
+
+const char* type_name(const json& v) {
+  switch (v.type()) {
+    case json::value_t::null: return "null";
+    case json::value_t::boolean: return "a boolean";
+    case json::value_t::string: return "a string";
+    case json::value_t::array: return "an array";
+    case json::value_t::object: return "an object";
+    case json::value_t::number_float: return "a number";
+    default: return "an integer";
+  }
+}
+
+[[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& got) {
+  throw ApiError(400, str_cat("Invalid type for '", field, "': expected ", expected, ", but got ", type_name(got),
+                              " instead."),
+                 field, "invalid_type");
+}
+
+[[noreturn]] void out_of_range(const std::string& field, const std::string& expected, double got) {
+  throw ApiError(400, str_cat("Invalid '", field, "': expected ", expected, ", but got ", got, " instead."), field,
+                 "invalid_value");
+}
+
+[[noreturn]] void unsupported(const std::string& field, const std::string& why) {
+  throw ApiError(400, str_cat("Unsupported parameter '", field, "': ", why), field, "unsupported_parameter");
+}
+
+// A field that is present and not null (OpenAI's clients send null for "not given").
+const json* field(const json& body, const char* name) {
+  auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+double get_number(const json& v, const std::string& name, double lo, double hi) {
+  if (!v.is_number()) wrong_type(name, "a number", v);
+  double x = v.get<double>();
+  if (!std::isfinite(x) || x < lo || x > hi) out_of_range(name, str_cat("a value in [", lo, ", ", hi, "]"), x);
+  return x;
+}
+
+int64_t get_integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
+  // 3.0 is accepted as 3 (JavaScript clients cannot tell them apart); 3.5 is not.
+  bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
+                                           std::floor(v.get<double>()) == v.get<double>());
+  if (!integral) wrong_type(name, "an integer", v);
+  double x = v.get<double>();
+  if (x < static_cast<double>(lo) || x > static_cast<double>(hi)) {
+    if (x < static_cast<double>(lo))
+      throw ApiError(400, str_cat("Invalid '", name, "': integer below minimum value. Expected a value >= ", lo,
+                                  ", but got ", v.dump(), " instead."),
+                     name, "integer_below_min_value");
+    throw ApiError(400, str_cat("Invalid '", name, "': integer above maximum value. Expected a value <= ", hi,
+                                ", but got ", v.dump(), " instead."),
+                   name, "integer_above_max_value");
+  }
+  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
+}
+
+bool get_bool(const json& v, const std::string& name) {
+  if (!v.is_boolean()) wrong_type(name, "a boolean", v);
+  return v.get<bool>();
+}
+
+std::string get_string(const json& v, const std::string& name) {
+  if (!v.is_string()) wrong_type(name, "a string", v);
+  return v.get<std::string>();
+}
+
+std::vector<int32_t> get_token_ids(const json& v, const std::string& name) {
+  std::vector<int32_t> ids;
+  ids.reserve(v.size());
+  for (size_t i = 0; i < v.size(); ++i)
+    ids.push_back(static_cast<int32_t>(
+        get_integer(v[i], str_cat(name, "[", i, "]"), 0, std::numeric_limits<int32_t>::max())));
+  return ids;
+}
+
+bool is_token_array(const json& v) { return v.is_array() && !v.empty() && v[0].is_number(); }
+
+void parse_prompt(const json& body, ApiRequest& r) {
+  const json* p = field(body, "prompt");
+  if (p == nullptr) throw ApiError(400, "Missing required parameter: 'prompt'.", "prompt", "missing_required_parameter");
+  const json* prompt = p;
+  if (p->is_array() && !is_token_array(*p)) {
+    // A list of prompts: one is served (as its own request); a batch is not.
+    if (p->size() != 1)
+      unsupported("prompt", str_cat("a list of ", p->size(), " prompts; send one prompt per request"));
+    prompt = &(*p)[0];
+  }
+  if (prompt->is_string()) {
+    r.prompt_text = prompt->get<std::string>();
+  } else if (is_token_array(*prompt)) {
+    r.prompt_tokens = get_token_ids(*prompt, "prompt");
+    r.prompt_is_tokens = true;
+  } else {
+    wrong_type("prompt", "a string or an array of token ids", *prompt);
+  }
+}
+
+std::string message_content(const json& content, const std::string& name) {
+  if (content.is_string()) return content.get<std::string>();
+  if (!content.is_array()) wrong_type(name, "a string or an array of content parts", content);
+  // [{"type": "text", "text": "..."}, ...]: text parts joined; other kinds are refused.
+  std::string text;
+  for (size_t i = 0; i < content.size(); ++i) {
+    const json& part = content[i];
+    std::string part_name = str_cat(name, "[", i, "]");
+    if (!part.is_object()) wrong_type(part_name, "an object", part);
+    const json* type = field(part, "type");
+    if (type == nullptr || get_string(*type, part_name + ".type") != "text")
+      unsupported(part_name + ".type", "only text content parts are supported");
+    const json* t = field(part, "text");
+    if (t == nullptr)
+      throw ApiError(400, str_cat("Missing required parameter: '", part_name, ".text'."), part_name + ".text",
+                     "missing_required_parameter");
+    text += get_string(*t, part_name + ".text");
+  }
+  return text;
+}
+
+void parse_messages(const json& body, ApiRequest& r) {
+  const json* m = field(body, "messages");
+  if (m == nullptr)
+    throw ApiError(400, "Missing required parameter: 'messages'.", "messages", "missing_required_parameter");
+  if (!m->is_array()) wrong_type("messages", "an array", *m);
+  if (m->empty())
+    throw ApiError(400, "Invalid 'messages': empty array. Expected an array with minimum length 1.", "messages",
+                   "empty_array");
+  for (size_t i = 0; i < m->size(); ++i) {
+    const json& msg = (*m)[i];
+    std::string name = str_cat("messages[", i, "]");
+    if (!msg.is_object()) wrong_type(name, "an object", msg);
+    const json* role = field(msg, "role");
+    if (role == nullptr)
+      throw ApiError(400, str_cat("Missing required parameter: '", name, ".role'."), name + ".role",
+                     "missing_required_parameter");
+    std::string role_text = get_string(*role, name + ".role");
+    if (role_text == "developer") role_text = "system";  // OpenAI's newer name for it
+    if (role_text != "system" && role_text != "user" && role_text != "assistant")
+      throw ApiError(400, str_cat("Invalid value for '", name, ".role': '", role_text,
+                                  "'; supported roles are system, developer, user and assistant."),
+                     name + ".role", "invalid_value");
+    if (field(msg, "tool_calls") != nullptr) unsupported(name + ".tool_calls", "tools are not supported");
+    const json* content = field(msg, "content");
+    if (content == nullptr)
+      throw ApiError(400, str_cat("Missing required parameter: '", name, ".content'."), name + ".content",
+                     "missing_required_parameter");
+    r.messages.push_back({role_text, message_content(*content, name + ".content")});
+  }
+}
+
+void parse_stop(const json& body, ApiRequest& r) {
+  const json* s = field(body, "stop");
+  if (s == nullptr) return;
+  auto add = [&](const json& v, const std::string& name) {
+    std::string text = get_string(v, name);
+    if (text.empty()) throw ApiError(400, str_cat("Invalid '", name, "': empty stop string."), name, "invalid_value");
+    r.stop.push_back(std::move(text));
+  };
+  if (s->is_string()) {
+    add(*s, "stop");
+  } else if (s->is_array()) {
+    if (s->size() > static_cast<size_t>(kMaxStopStrings))
+      throw ApiError(400, str_cat("Invalid 'stop': at most ", kMaxStopStrings, " stop strings, got ", s->size(), "."),
+                     "stop", "invalid_value");
+    for (size_t i = 0; i < s->size(); ++i) add((*s)[i], str_cat("stop[", i, "]"));
+  } else {
+    wrong_type("stop", "a string or an array of strings", *s);
+  }
+}
+
+void parse_sampling(const json& body, ApiRequest& r) {
+  SamplingParams& s = r.sampling;
+  s.temperature = 1.0f;
+  s.top_p = 1.0f;
+  if (const json* v = field(body, "temperature")) s.temperature = static_cast<float>(get_number(*v, "temperature", 0, 2));
+  if (const json* v = field(body, "top_p")) s.top_p = static_cast<float>(get_number(*v, "top_p", 0, 1));
+  if (const json* v = field(body, "top_k")) s.top_k = static_cast<int>(get_integer(*v, "top_k", 0, 1 << 30));
+  if (const json* v = field(body, "min_p")) s.min_p = static_cast<float>(get_number(*v, "min_p", 0, 1));
+  if (const json* v = field(body, "presence_penalty"))
+    s.presence_penalty = static_cast<float>(get_number(*v, "presence_penalty", -2, 2));
+  if (const json* v = field(body, "frequency_penalty"))
+    s.frequency_penalty = static_cast<float>(get_number(*v, "frequency_penalty", -2, 2));
+  if (const json* v = field(body, "repetition_penalty")) {
+    double p = get_number(*v, "repetition_penalty", 0, 100);
+    if (p <= 0) out_of_range("repetition_penalty", "a value > 0", p);
+    s.repetition_penalty = static_cast<float>(p);
+  }
+  if (const json* v = field(body, "repeat_last_n"))
+    s.repeat_last_n = static_cast<int>(get_integer(*v, "repeat_last_n", -1, 1 << 30));
+  if (const json* v = field(body, "seed")) {
+    s.seed = static_cast<uint64_t>(
+        get_integer(*v, "seed", std::numeric_limits<int64_t>::min(), std::numeric_limits<int64_t>::max()));
+    r.seed_given = true;
+  }
+}
+
+void parse_logprobs(const json& body, ApiRequest& r) {
+  const json* lp = field(body, "logprobs");
+  if (r.endpoint == Endpoint::kCompletions) {
+    // Completions: `logprobs` is the number of alternatives (0: the chosen token only).
+    if (lp != nullptr) {
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int32_t>(get_integer(*lp, "logprobs", 0, kMaxCompletionLogprobs));
+    }
+    return;
+  }
+  // Chat: `logprobs` is a switch and `top_logprobs` the number of alternatives.
+  if (lp != nullptr) r.logprobs = get_bool(*lp, "logprobs");
+  if (const json* top = field(body, "top_logprobs")) {
+    r.top_logprobs = static_cast<int32_t>(get_integer(*top, "top_logprobs", 0, kMaxTopLogprobs));
+    if (!r.logprobs && r.top_logprobs > 0)
+      throw ApiError(400, "Invalid 'top_logprobs': 'logprobs' must be set to true when 'top_logprobs' is used.",
+                     "top_logprobs", "invalid_value");
+  }
+}
+
+void refuse_unsupported(const json& body, Endpoint endpoint) {
+  if (const json* v = field(body, "echo"); v != nullptr && get_bool(*v, "echo")) unsupported("echo", "echo is not supported");
+  if (field(body, "suffix") != nullptr) unsupported("suffix", "suffix (fill-in-the-middle) is not supported");
+  if (const json* v = field(body, "best_of"); v != nullptr && get_integer(*v, "best_of", 1, kMaxChoices) > 1)
+    unsupported("best_of", "best_of > 1 is not supported; use n");
+  if (const json* v = field(body, "logit_bias"); v != nullptr && !(v->is_object() && v->empty()))
+    unsupported("logit_bias", "logit_bias is not supported");
+  for (const char* name : {"tools", "functions"})
+    if (const json* v = field(body, name); v != nullptr && !(v->is_array() && v->empty()))
+      unsupported(name, "tools and function calling are not supported");
+  if (const json* v = field(body, "response_format")) {
+    const json* type = v->is_object() ? field(*v, "type") : nullptr;
+    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text")
+      unsupported("response_format", "only {\"type\": \"text\"} is supported");
+  }
+  (void)endpoint;
+}
+
+}  // namespace
+
+ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
+  json body;
+  try {
+    body = json::parse(body_text);
+  } catch (const json::parse_error& e) {
+    throw ApiError(400, str_cat("We could not parse the JSON body of your request: ", e.what()), "", "invalid_json");
+  }
+  if (!body.is_object()) wrong_type("body", "a JSON object", body);
+
+  ApiRequest r;
+  r.endpoint = endpoint;
+  if (const json* v = field(body, "model")) r.model = get_string(*v, "model");
+  if (endpoint == Endpoint::kCompletions)
+    parse_prompt(body, r);
+  else
+    parse_messages(body, r);
+  refuse_unsupported(body, endpoint);
+
+  // Chat's newer name wins when both are given, as in OpenAI's API.
+  const char* max_name = "max_tokens";
+  const json* max = field(body, "max_tokens");
+  if (endpoint == Endpoint::kChatCompletions && field(body, "max_completion_tokens") != nullptr) {
+    max_name = "max_completion_tokens";
+    max = field(body, max_name);
+  }
+  if (max != nullptr) r.max_tokens = static_cast<int32_t>(get_integer(*max, max_name, 1, std::numeric_limits<int32_t>::max()));
+
+  parse_sampling(body, r);
+  parse_stop(body, r);
+  parse_logprobs(body, r);
+  if (const json* v = field(body, "n")) r.n = static_cast<int32_t>(get_integer(*v, "n", 1, kMaxChoices));
+  if (const json* v = field(body, "stream")) r.stream = get_bool(*v, "stream");
+  if (const json* v = field(body, "stream_options")) {
+    if (!r.stream)
+      throw ApiError(400, "The 'stream_options' parameter is only allowed when 'stream' is enabled.",
+                     "stream_options", "invalid_value");
+    if (!v->is_object()) wrong_type("stream_options", "an object", *v);
+    if (const json* u = field(*v, "include_usage")) r.include_usage = get_bool(*u, "stream_options.include_usage");
+  }
+  if (const json* v = field(body, "ignore_eos")) r.ignore_eos = get_bool(*v, "ignore_eos");
+  return r;
+}
+
+uint64_t choice_seed(uint64_t seed, int32_t index) {
+  if (index == 0) return seed;
+  // splitmix64 of (seed, index): distinct, well-mixed streams for the other choices.
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+std::vector<RequestParams> build_engine_requests(const ApiRequest& request, const Tokenizer& tokenizer,
+                                                 const ChatTemplate* chat_template, const PromptLimits& limits) {
+  const bool chat = request.endpoint == Endpoint::kChatCompletions;
+  const char* prompt_field = chat ? "messages" : "prompt";
+  std::vector<int32_t> prompt;
+  if (chat) {
+    if (chat_template == nullptr)
+      throw ApiError(400,
+                     "This model has no chat template (tokenizer.chat_template is absent and its architecture "
+                     "implies none), so /v1/chat/completions cannot format the conversation; use /v1/completions "
+                     "with a prompt instead.",
+                     "messages", "chat_template_missing");
+    std::string text;
+    try {
+      text = apply_chat_template(*chat_template, request.messages, /*add_assistant=*/true);
+    } catch (const Error& e) {
+      throw ApiError(400, str_cat("Invalid 'messages': ", e.what()), "messages", "invalid_value");
+    }
+    prompt = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
+  } else if (request.prompt_is_tokens) {
+    for (size_t i = 0; i < request.prompt_tokens.size(); ++i)
+      if (request.prompt_tokens[i] >= tokenizer.n_vocab())
+        throw ApiError(400, str_cat("Invalid 'prompt[", i, "]': token id ", request.prompt_tokens[i],
+                                    " is outside the vocabulary (0 .. ", tokenizer.n_vocab() - 1, ")."),
+                       "prompt", "invalid_value");
+    prompt = request.prompt_tokens;
+  } else {
+    prompt = tokenizer.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
+  }
+
+  const auto n_prompt = static_cast<int64_t>(prompt.size());
+  if (n_prompt == 0)
+    throw ApiError(400, str_cat("Invalid '", prompt_field, "': the prompt is empty."), prompt_field, "invalid_value");
+  if (limits.max_prompt_tokens > 0 && n_prompt > limits.max_prompt_tokens)
+    throw ApiError(400, str_cat("The prompt has ", n_prompt, " tokens, over this server's limit of ",
+                                limits.max_prompt_tokens, " prompt tokens (--max-prompt-tokens)."),
+                   prompt_field, "prompt_too_long");
+  const int64_t room = static_cast<int64_t>(limits.n_ctx) - n_prompt;
+  int64_t max_tokens = 0;
+  if (request.max_tokens) {
+    max_tokens = *request.max_tokens;
+    if (max_tokens > room)
+      throw ApiError(400, str_cat("This model's maximum context length is ", limits.n_ctx,
+                                  " tokens. However, you requested ", n_prompt + max_tokens, " tokens (", n_prompt,
+                                  " in the ", chat ? "messages" : "prompt", ", ", max_tokens,
+                                  " in the completion). Please reduce the length of the ", prompt_field,
+                                  " or completion."),
+                     prompt_field, "context_length_exceeded");
+  } else {
+    if (room < 1)
+      throw ApiError(400, str_cat("This model's maximum context length is ", limits.n_ctx, " tokens. However, your ",
+                                  chat ? "messages" : "prompt", " resulted in ", n_prompt,
+                                  " tokens, leaving no room for the completion."),
+                     prompt_field, "context_length_exceeded");
+    max_tokens = chat ? room : std::min<int64_t>(kDefaultCompletionMaxTokens, room);
+  }
+
+  std::vector<RequestParams> out(static_cast<size_t>(request.n));
+  for (int32_t i = 0; i < request.n; ++i) {
+    RequestParams& p = out[static_cast<size_t>(i)];
+    p.prompt = prompt;
+    p.max_tokens = static_cast<int32_t>(max_tokens);
+    p.sampling = request.sampling;
+    p.sampling.seed = choice_seed(request.sampling.seed, i);
+    p.sampling.logprobs = request.logprobs;
+    p.sampling.n_logprobs = request.logprobs ? request.top_logprobs : 0;
+    p.stop = request.stop;
+    p.ignore_eos = request.ignore_eos;
+  }
+  return out;
+}
+
+}  // namespace ridge::server

@@ -1,0 +1,74 @@
+// Turns the JSON body of an OpenAI /v1/completions or /v1/chat/completions request into
+// engine requests: strict type and range checks (a 400 naming the field), then the chat
+// template, tokenization and the context limits (a 400 naming the numbers).
+//
+//   ApiRequest r = parse_api_request(body, Endpoint::kChatCompletions);   // throws ApiError
+//   std::vector<RequestParams> choices = build_engine_requests(r, tokenizer, &tmpl, limits);
+//   for (auto& p : choices) streams.push_back(engine.submit(std::move(p)));
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sampler.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::server {
+
+enum class Endpoint { kCompletions, kChatCompletions };
+
+// Largest values accepted for list-like fields (OpenAI's own limits where it has them).
+inline constexpr int32_t kMaxChoices = 16;          // n
+inline constexpr int32_t kMaxStopStrings = 16;      // stop
+inline constexpr int32_t kMaxCompletionLogprobs = 20;  // completions `logprobs`
+inline constexpr int32_t kMaxTopLogprobs = 20;      // chat `top_logprobs`
+inline constexpr int32_t kDefaultCompletionMaxTokens = 16;  // OpenAI's default for completions
+
+struct ApiRequest {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string model;                      // "" when the request names none
+  // Completions: the prompt as text, or as token ids (prompt_is_tokens).
+  std::string prompt_text;
+  std::vector<int32_t> prompt_tokens;
+  bool prompt_is_tokens = false;
+  // Chat: the conversation.
+  std::vector<ChatMessage> messages;
+
+  std::optional<int32_t> max_tokens;      // absent: 16 for completions, the rest of the context for chat
+  SamplingParams sampling;                // OpenAI defaults: temperature 1, top_p 1
+  bool seed_given = false;                // else the server draws a random seed
+  std::vector<std::string> stop;
+  int32_t n = 1;
+  bool stream = false;
+  bool include_usage = false;             // stream_options.include_usage
+  bool logprobs = false;
+  int32_t top_logprobs = 0;               // alternatives per token
+  bool ignore_eos = false;                // extension: generate past end-of-generation
+};
+
+// Throws ApiError(400) for malformed JSON, a wrong type, a value out of range or an
+// unsupported option, naming the field (OpenAI's `param`).
+ApiRequest parse_api_request(std::string_view body, Endpoint endpoint);
+
+struct PromptLimits {
+  int32_t n_ctx = 0;              // per-sequence context of the engine
+  int32_t max_prompt_tokens = 0;  // server limit; 0: none beyond the context
+};
+
+// The seed of choice `index` of a request with seed `seed`: choice 0 keeps the seed, so a
+// request with n = 1 reproduces the first choice of the same request with n > 1.
+uint64_t choice_seed(uint64_t seed, int32_t index);
+
+// One engine request per choice (n), with the prompt templated (chat) and tokenized.
+// chat_template is null when the model has none: chat requests are then a 400. Throws
+// ApiError(400) for token ids outside the vocabulary, a prompt over max_prompt_tokens,
+// or prompt + max_tokens over the context.
+std::vector<RequestParams> build_engine_requests(const ApiRequest& request, const Tokenizer& tokenizer,
+                                                 const ChatTemplate* chat_template, const PromptLimits& limits);
+
+}  // namespace ridge::server

@@ -1,0 +1,87 @@
+// The JSON OpenAI's clients expect back: whole responses, SSE stream chunks, usage and
+// logprobs, for both /v1/completions ("text_completion") and /v1/chat/completions
+// ("chat.completion" / "chat.completion.chunk").
+//
+//   ResponseMeta meta = make_response_meta(Endpoint::kChatCompletions, "gemma3-270m");
+//   sink.write(sse_event(role_chunk(meta, 0)));            // data: {...}\n\n
+//   sink.write(sse_event(text_chunk(meta, 0, ev, tok)));   // per StreamEvent
+//   sink.write(kSseDone);
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "server/openai_request.h"
+#include "tokenizer/tokenizer.h"
+
+namespace ridge::server {
+
+inline constexpr const char* kSseDone = "data: [DONE]\n\n";
+inline constexpr const char* kSystemFingerprint = "fp_ridge_0_1";
+
+struct ResponseMeta {
+  Endpoint endpoint = Endpoint::kCompletions;
+  std::string id;       // "cmpl-..." or "chatcmpl-..."
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// A fresh random id and the current time.
+ResponseMeta make_response_meta(Endpoint endpoint, const std::string& model);
+
+// What one choice produced, accumulated from its stream events.
+struct ChoiceResult {
+  std::string text;
+  FinishReason finish_reason = FinishReason::kNone;
+  std::vector<int32_t> tokens;
+  std::vector<float> logprobs;                          // per token, when requested
+  std::vector<std::vector<TokenLogprob>> top_logprobs;  // per token, when requested
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_prompt_tokens = 0;
+
+  void add(const StreamEvent& event);
+};
+
+struct Usage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t cached_tokens = 0;
+};
+
+// Prompt counted once (all choices share it), completion tokens summed over choices.
+Usage total_usage(const std::vector<ChoiceResult>& choices);
+nlohmann::json usage_json(const Usage& usage);
+
+// "stop" or "length" (cancelled and error requests never reach a response).
+const char* api_finish_reason(FinishReason reason);
+
+// The logprobs object of a choice or chunk for tokens [begin, end) of these arrays:
+// completions {tokens, token_logprobs, top_logprobs, text_offset} (text_offset counted from
+// text_offset_base), chat {content: [{token, logprob, bytes, top_logprobs}], refusal}.
+nlohmann::json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
+                             const std::vector<float>& logprobs,
+                             const std::vector<std::vector<TokenLogprob>>& top_logprobs, bool with_top,
+                             size_t text_offset_base);
+
+// A whole non-streaming response.
+nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+                             const Tokenizer& tokenizer, const ApiRequest& request);
+
+// Stream chunks. role_chunk opens a chat choice (delta.role); text_chunk carries one
+// event's text (and logprobs); finish_chunk closes a choice with its finish_reason;
+// usage_chunk is the final chunk of stream_options.include_usage (empty choices).
+nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage);
+nlohmann::json text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& event,
+                          const Tokenizer& tokenizer, const ApiRequest& request, size_t text_offset_base);
+nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage);
+nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
+
+// "data: <json>\n\n"
+std::string sse_event(const nlohmann::json& value);
+
+}  // namespace ridge::server
