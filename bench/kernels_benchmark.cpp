@@ -1,13 +1,18 @@
-// Kernel throughput: weight matmul in bytes of weights per second (decode: one token;
-// a small batch shows the weight reuse), and paged attention over a 4k-token context.
+// Kernel throughput. Decode GEMV (one token) in GB/s of weights streamed from DRAM, per
+// weight type and thread count; GEMM at 64 tokens in GFLOP/s (2 * n_in * n_out * tokens
+// per call); the scalar references for scale; and paged attention at a 4k-token context.
+// `ridge bench` (or `ridge roofline --device this`) measures the read bandwidth the Gemv
+// figures approach.
 //
-//   build-*/bench/kernels_benchmark --benchmark_filter=Matmul
+//   build-*/bench/kernels_benchmark --benchmark_filter='Gemv'
+//   build-*/bench/kernels_benchmark --benchmark_filter='Gemm/q4_K'
 #include <benchmark/benchmark.h>
 
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "core/dtype.h"
@@ -26,68 +31,127 @@ std::vector<float> random_floats(size_t n, uint32_t seed) {
   return v;
 }
 
+int hardware_threads() { return static_cast<int>(std::max(1u, std::thread::hardware_concurrency())); }
+
 // Enough copies of one matrix to exceed the last-level cache, used in turn, so the
-// figure is the DRAM stream rate a real model's weights see.
-constexpr size_t kStreamBytes = size_t{128} << 20;
-constexpr int64_t kMatIn = 4096, kMatOut = 4096;
+// decode figure is the DRAM stream rate a real model's weights see.
+constexpr size_t kStreamBytes = size_t{192} << 20;
 
-void BM_Matmul(benchmark::State& state, DType type, int n_threads) {
-  const int64_t n_tokens = state.range(0);
+struct MatrixSet {
+  std::vector<uint8_t> all;
+  size_t bytes = 0;
+  size_t copies = 1;
+};
+
+MatrixSet make_matrices(DType type, int64_t n_in, int64_t n_out, bool stream) {
   const TypeTraits& traits = type_traits(type);
-  if (type != DType::F32 && (traits.from_float == nullptr || traits.to_float == nullptr)) {
-    state.SkipWithError("no quantizer for this type");
-    return;
-  }
-  const size_t bytes = row_size(type, kMatIn) * kMatOut;
-  const auto values = random_floats(static_cast<size_t>(kMatIn * kMatOut), 1);
-  std::vector<uint8_t> one(bytes);
-  for (int64_t o = 0; o < kMatOut; ++o) {
-    uint8_t* row = one.data() + o * row_size(type, kMatIn);
+  MatrixSet m;
+  m.bytes = row_size(type, n_in) * n_out;
+  const auto values = random_floats(static_cast<size_t>(n_in * n_out), 1);
+  std::vector<uint8_t> one(m.bytes);
+  for (int64_t o = 0; o < n_out; ++o) {
+    uint8_t* row = one.data() + o * row_size(type, n_in);
     if (type == DType::F32)
-      std::memcpy(row, values.data() + o * kMatIn, kMatIn * sizeof(float));
+      std::memcpy(row, values.data() + o * n_in, n_in * sizeof(float));
     else
-      traits.from_float(values.data() + o * kMatIn, row, kMatIn);
+      traits.from_float(values.data() + o * n_in, row, n_in);
   }
-  const size_t copies = std::max<size_t>(1, (kStreamBytes + bytes - 1) / bytes);
-  std::vector<uint8_t> all(bytes * copies);
-  for (size_t c = 0; c < copies; ++c) std::memcpy(all.data() + c * bytes, one.data(), bytes);
-
-  ThreadPool pool(n_threads);
-  const WeightMatrix w0 = weight_matrix(type, kMatIn, kMatOut, all.data());
-  Scratch scratch(pool.n_threads(), matmul_scratch_floats(w0));
-  const auto x = random_floats(static_cast<size_t>(n_tokens * kMatIn), 2);
-  std::vector<float> y(static_cast<size_t>(n_tokens * kMatOut));
-  size_t next = 0;
-  for (auto _ : state) {
-    const WeightMatrix w = weight_matrix(type, kMatIn, kMatOut, all.data() + next * bytes);
-    matmul(w, x.data(), y.data(), n_tokens, pool, scratch);
-    benchmark::DoNotOptimize(y.data());
-    next = (next + 1) % copies;
-  }
-  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * bytes));
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_tokens),
-                                                  benchmark::Counter::kIsRate);
+  m.copies = stream ? std::max<size_t>(1, (kStreamBytes + m.bytes - 1) / m.bytes) : 1;
+  m.all.resize(m.bytes * m.copies);
+  for (size_t c = 0; c < m.copies; ++c) std::memcpy(m.all.data() + c * m.bytes, one.data(), m.bytes);
+  return m;
 }
 
+// Decode: one token, weights streamed from DRAM.
+void BM_Gemv(benchmark::State& state, DType type, int n_threads, Isa isa, int64_t n_in, int64_t n_out) {
+  const int64_t n_tokens = state.range(0);
+  const MatrixSet m = make_matrices(type, n_in, n_out, /*stream=*/true);
+  ThreadPool pool(n_threads);
+  const WeightMatrix w0 = weight_matrix(type, n_in, n_out, m.all.data());
+  Scratch scratch(pool.n_threads(), matmul_scratch_floats(w0));
+  scratch.reserve_shared(matmul_shared_bytes(w0, n_tokens));
+  const auto x = random_floats(static_cast<size_t>(n_in * n_tokens), 2);
+  std::vector<float> y(static_cast<size_t>(n_out * n_tokens));
+  size_t next = 0;
+  for (auto _ : state) {
+    const WeightMatrix w = weight_matrix(type, n_in, n_out, m.all.data() + next * m.bytes);
+    matmul_isa(w, x.data(), y.data(), n_tokens, pool, scratch, isa);
+    benchmark::DoNotOptimize(y.data());
+    next = (next + 1) % m.copies;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.bytes));
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+}
+
+// Prefill-like: 64 tokens against one matrix that stays in the last-level cache.
+void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
+  const int64_t n_in = 2048, n_out = 2048, n_tokens = state.range(0);
+  const MatrixSet m = make_matrices(type, n_in, n_out, /*stream=*/false);
+  ThreadPool pool(n_threads);
+  const WeightMatrix w = weight_matrix(type, n_in, n_out, m.all.data());
+  Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));
+  scratch.reserve_shared(matmul_shared_bytes(w, n_tokens));
+  const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 2);
+  std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
+  for (auto _ : state) {
+    matmul(w, x.data(), y.data(), n_tokens, pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * n_in * n_out * n_tokens,
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+  state.counters["tokens/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
+}
+
+const DType kTypes[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
+                        DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+
 void register_matmul() {
-  const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  for (DType type : {DType::F32, DType::F16, DType::Q8_0, DType::Q6_K, DType::Q4_K}) {
+  const int hw = hardware_threads();
+  // Gemma 3 270M's tied output projection: 262144 short rows of 640 (Q8_0), 68% of the
+  // bytes a decode step reads.
+  for (int threads : {1, hw})
+    benchmark::RegisterBenchmark(("Gemv/q8_0_640x262144/threads:" + std::to_string(threads)).c_str(), BM_Gemv,
+                                 DType::Q8_0, threads, best_isa(), 640, 262144)
+        ->Arg(1)
+        ->Arg(4)
+        ->Arg(8)
+        ->ArgName("n_tokens")
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  const bool avx2 = best_isa() == Isa::kAvx2;
+  for (DType type : kTypes) {
+    const std::string t(dtype_name(type));
     for (int threads : {1, hw}) {
-      if (threads == 1 && hw == 1 && type != DType::F32) continue;
-      const std::string name = std::string("Matmul/") + std::string(dtype_name(type)) + "/threads:" +
-                               std::to_string(threads);
-      benchmark::RegisterBenchmark(name.c_str(), BM_Matmul, type, threads)
+      benchmark::RegisterBenchmark(("Gemv/" + t + "/threads:" + std::to_string(threads)).c_str(), BM_Gemv, type,
+                                   threads, best_isa(), 4096, 4096)
           ->Arg(1)
-          ->Arg(8)
           ->ArgName("n_tokens")
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
-      if (threads == hw) break;
+      if (hw == 1) break;
+    }
+    if (avx2 && type != DType::F32)
+      benchmark::RegisterBenchmark(("Gemv/" + t + "/scalar/threads:1").c_str(), BM_Gemv, type, 1, Isa::kScalar, 4096,
+                                   4096)
+          ->Arg(1)
+          ->ArgName("n_tokens")
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+    for (int threads : {1, hw}) {
+      benchmark::RegisterBenchmark(("Gemm/" + t + "/threads:" + std::to_string(threads)).c_str(), BM_Gemm, type,
+                                   threads)
+          ->Arg(64)
+          ->ArgName("n_tokens")
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+      if (hw == 1) break;
     }
   }
 }
 
-// Decode-time attention: one new token at position n_ctx - 1 over n_ctx cached tokens.
+// Decode-time attention: n_q new tokens at the end of n_ctx cached tokens.
 void BM_Attention(benchmark::State& state, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
   const int64_t n_ctx = state.range(0), block_size = 16;
   const int64_t n_q = state.range(1);
@@ -104,6 +168,7 @@ void BM_Attention(benchmark::State& state, int64_t n_head, int64_t n_kv_head, in
   std::vector<float> out(q.size());
   ThreadPool pool;
   Scratch scratch(pool.n_threads(), attention_scratch_floats(n_head, n_kv_head, d_head, block_size));
+  scratch.reserve_shared(size_t{1} << 20);  // as a model's matmul scratch provides: room to split one token
   const PagedKvLayer<float> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
   const AttentionSequence seq{q.data(), pos.data(), n_q, table, n_ctx, out.data()};
   const AttentionParams params{1.0f / std::sqrt(static_cast<float>(d_head)), 0.0f, 0};
@@ -117,6 +182,7 @@ void BM_Attention(benchmark::State& state, int64_t n_head, int64_t n_kv_head, in
 
 BENCHMARK_CAPTURE(BM_Attention, qwen2_0_5b_heads14_kv2_d64, 14, 2, 64)
     ->Args({4096, 1})
+    ->Args({512, 64})
     ->ArgNames({"n_ctx", "n_q"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);

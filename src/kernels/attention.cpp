@@ -7,32 +7,58 @@
 
 #include "core/error.h"
 #include "kernels/dot.h"
+#include "kernels/gemm.h"
 
 namespace ridge::kernels {
 
 namespace {
+
+// Keys are taken in chunks aligned to multiples of kChunkKeys positions. Each chunk gives
+// a partial softmax (max, sum, unnormalized output) and the partials are merged in
+// position order. The arithmetic depends only on the query's position and window, so
+// splitting one query's chunks over threads (decode of one sequence) gives the same bits
+// as computing them in a row (a batch): a token's output does not depend on the batch.
+constexpr int64_t kChunkKeys = 256;
 
 // Shapes shared by every item of one attention() call.
 struct Shape {
   int64_t n_head, n_kv_head, n_rep, d_head, block_size, n_blocks;
 };
 
-// Per-thread scratch carved for one item: the group's accumulators and one block's scores.
+// A partial (or running) softmax state for the n_rep heads of a group.
+struct Partial {
+  float* acc;  // [n_rep][d_head] unnormalized output
+  float* max;  // [n_rep] running max
+  float* sum;  // [n_rep] running sum of exp(score - max)
+};
+
+size_t partial_floats(const Shape& s) { return static_cast<size_t>(s.n_rep * (s.d_head + 2)); }
+
+Partial partial_at(float* base, const Shape& s) {
+  return Partial{base, base + s.n_rep * s.d_head, base + s.n_rep * s.d_head + s.n_rep};
+}
+
+void clear(const Partial& p, const Shape& s) {
+  std::fill(p.acc, p.acc + s.n_rep * s.d_head, 0.0f);
+  std::fill(p.max, p.max + s.n_rep, -INFINITY);
+  std::fill(p.sum, p.sum + s.n_rep, 0.0f);
+}
+
+// Per-thread scratch carved for one item: the running total, one chunk's partial, one
+// block's scores, and a K or V row converted to float (T != float).
 struct ItemScratch {
-  float* acc;     // [n_rep][d_head]   unnormalized output
-  float* scores;  // [n_rep][block_size] scores, then probabilities, of the current block
-  float* max;     // [n_rep] running max
-  float* sum;     // [n_rep] running sum of exp(score - max)
-  float* row;     // [d_head] a K or V row converted to float (T != float)
+  Partial total;
+  Partial chunk;
+  float* scores;  // [n_rep][block_size]
+  float* row;     // [d_head]
 };
 
 ItemScratch carve(float* base, const Shape& s) {
   ItemScratch it;
-  it.acc = base;
-  it.scores = it.acc + s.n_rep * s.d_head;
-  it.max = it.scores + s.n_rep * s.block_size;
-  it.sum = it.max + s.n_rep;
-  it.row = it.sum + s.n_rep;
+  it.total = partial_at(base, s);
+  it.chunk = partial_at(base + partial_floats(s), s);
+  it.scores = base + 2 * partial_floats(s);
+  it.row = it.scores + s.n_rep * s.block_size;
   return it;
 }
 
@@ -62,25 +88,33 @@ void check_sequence(const AttentionSequence& seq, size_t index, const Shape& s) 
                           " outside the ", seq.n_kv, " cached tokens"));
 }
 
-// One query token of one sequence against one KV head, for the n_rep query heads of
-// its group. Walks the visible keys block by block; per block, scores all keys first,
-// then rescales the accumulators once (not once per key) and adds p * V.
+// The inner loops, scalar or AVX2 (attention_avx2.cpp), chosen once per call.
+struct AttentionOps {
+  decltype(&attention_scores_scalar) scores;
+  decltype(&attention_exp_sum_scalar) exp_sum;
+  decltype(&attention_accumulate_scalar) accumulate;
+};
+
+AttentionOps ops_for(Isa isa) {
+  if (isa == Isa::kAvx2) return {attention_scores_avx2, attention_exp_sum_avx2, attention_accumulate_avx2};
+  return {attention_scores_scalar, attention_exp_sum_scalar, attention_accumulate_scalar};
+}
+
+// One query token against one KV head (its group of n_rep query heads) over the keys of
+// one chunk, [j_begin, j_end): walks them block by block; per block, scores all keys,
+// rescales the accumulators once (not once per key) and adds p * V. `out` is cleared first.
 template <class T>
-void attend_group(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int64_t t, int64_t g,
-                  const Shape& s, const AttentionParams& params, const ItemScratch& it) {
+void chunk_partial(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int64_t t, int64_t g, const Shape& s,
+                   const AttentionParams& params, int64_t j_begin, int64_t j_end, const Partial& out,
+                   const ItemScratch& it, const AttentionOps& ops) {
   const int64_t pos = seq.q_pos[t];
-  const int64_t first = params.window > 0 ? std::max<int64_t>(0, pos - params.window + 1) : 0;
-  const int64_t last = pos;  // inclusive: causal
   const int64_t row_stride = s.n_kv_head * s.d_head;
   const float* q = seq.q + (t * s.n_head + g * s.n_rep) * s.d_head;  // [n_rep][d_head]
+  clear(out, s);
 
-  std::fill(it.acc, it.acc + s.n_rep * s.d_head, 0.0f);
-  std::fill(it.max, it.max + s.n_rep, -INFINITY);
-  std::fill(it.sum, it.sum + s.n_rep, 0.0f);
-
-  for (int64_t j0 = first; j0 <= last;) {
+  for (int64_t j0 = j_begin; j0 < j_end;) {
     const int64_t table_index = j0 / s.block_size;
-    const int64_t j1 = std::min(last + 1, (table_index + 1) * s.block_size);
+    const int64_t j1 = std::min(j_end, (table_index + 1) * s.block_size);
     const int64_t count = j1 - j0;
     const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
     if (block < 0 || block >= s.n_blocks)
@@ -91,62 +125,119 @@ void attend_group(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int64
     const T* k_rows = kv.k + first_row * row_stride + g * s.d_head;
     const T* v_rows = kv.v + first_row * row_stride + g * s.d_head;
 
-    for (int64_t jj = 0; jj < count; ++jj) {
-      const float* k = as_float_row(k_rows + jj * row_stride, it.row, s.d_head);
-      for (int64_t r = 0; r < s.n_rep; ++r) {
-        float score = dot_f32(q + r * s.d_head, k, s.d_head) * params.scale;
-        if (params.softcap > 0) score = std::tanh(score / params.softcap) * params.softcap;
-        it.scores[r * s.block_size + jj] = score;
+    if constexpr (std::is_same_v<T, float>) {
+      ops.scores(q, s.n_rep, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
+    } else {
+      for (int64_t jj = 0; jj < count; ++jj) {
+        const float* k = as_float_row(k_rows + jj * row_stride, it.row, s.d_head);
+        ops.scores(q, s.n_rep, s.d_head, k, 0, 1, params.scale, it.scores + jj, s.block_size);
       }
     }
     for (int64_t r = 0; r < s.n_rep; ++r) {
       float* scores = it.scores + r * s.block_size;
+      if (params.softcap > 0)
+        for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / params.softcap) * params.softcap;
       float block_max = scores[0];
       for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
-      const float new_max = std::max(it.max[r], block_max);
-      if (new_max > it.max[r]) {
-        const float correction = std::exp(it.max[r] - new_max);  // 0 on the first block
-        it.sum[r] *= correction;
-        float* acc = it.acc + r * s.d_head;
+      const float new_max = std::max(out.max[r], block_max);
+      if (new_max > out.max[r]) {
+        const float correction = std::exp(out.max[r] - new_max);  // 0 on the first block
+        out.sum[r] *= correction;
+        float* acc = out.acc + r * s.d_head;
         for (int64_t d = 0; d < s.d_head; ++d) acc[d] *= correction;
-        it.max[r] = new_max;
+        out.max[r] = new_max;
       }
-      float block_sum = 0;
-      for (int64_t jj = 0; jj < count; ++jj) {
-        scores[jj] = std::exp(scores[jj] - new_max);
-        block_sum += scores[jj];
-      }
-      it.sum[r] += block_sum;
+      out.sum[r] += ops.exp_sum(scores, count, new_max);
     }
-    for (int64_t jj = 0; jj < count; ++jj) {
-      const float* v = as_float_row(v_rows + jj * row_stride, it.row, s.d_head);
-      for (int64_t r = 0; r < s.n_rep; ++r)
-        axpy_f32(it.scores[r * s.block_size + jj], v, it.acc + r * s.d_head, s.d_head);
+    if constexpr (std::is_same_v<T, float>) {
+      ops.accumulate(it.scores, s.block_size, s.n_rep, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
+    } else {
+      for (int64_t jj = 0; jj < count; ++jj) {
+        const float* v = as_float_row(v_rows + jj * row_stride, it.row, s.d_head);
+        ops.accumulate(it.scores + jj, s.block_size, s.n_rep, v, 0, 1, s.d_head, out.acc, s.d_head);
+      }
     }
     j0 = j1;
   }
+}
 
-  float* out = seq.out + (t * s.n_head + g * s.n_rep) * s.d_head;
+// total <- total (+) part, the online-softmax merge of two disjoint key ranges.
+void merge(const Partial& total, const Partial& part, const Shape& s) {
   for (int64_t r = 0; r < s.n_rep; ++r) {
-    const float inv_sum = 1.0f / it.sum[r];  // sum >= 1: the max key contributes exp(0)
-    for (int64_t d = 0; d < s.d_head; ++d) out[r * s.d_head + d] = it.acc[r * s.d_head + d] * inv_sum;
+    const float new_max = std::max(total.max[r], part.max[r]);
+    const float a = std::exp(total.max[r] - new_max);  // 0 while total is empty
+    const float b = std::exp(part.max[r] - new_max);
+    total.sum[r] = total.sum[r] * a + part.sum[r] * b;
+    float* acc = total.acc + r * s.d_head;
+    const float* add = part.acc + r * s.d_head;
+    for (int64_t d = 0; d < s.d_head; ++d) acc[d] = acc[d] * a + add[d] * b;
+    total.max[r] = new_max;
   }
 }
+
+void write_output(const Partial& total, const AttentionSequence& seq, int64_t t, int64_t g, const Shape& s) {
+  float* out = seq.out + (t * s.n_head + g * s.n_rep) * s.d_head;
+  for (int64_t r = 0; r < s.n_rep; ++r) {
+    const float inv_sum = 1.0f / total.sum[r];  // sum >= 1: the max key contributes exp(0)
+    for (int64_t d = 0; d < s.d_head; ++d) out[r * s.d_head + d] = total.acc[r * s.d_head + d] * inv_sum;
+  }
+}
+
+// The keys query t may see: [first, last].
+void visible_keys(const AttentionSequence& seq, int64_t t, const AttentionParams& params, int64_t* first,
+                  int64_t* last) {
+  const int64_t pos = seq.q_pos[t];
+  *first = params.window > 0 ? std::max<int64_t>(0, pos - params.window + 1) : 0;
+  *last = pos;
+}
+
+// Chunk c of [first, last]: keys [max(first, c * kChunkKeys), min(last + 1, (c + 1) * kChunkKeys)).
+void chunk_range(int64_t first, int64_t last, int64_t c, int64_t* begin, int64_t* end) {
+  *begin = std::max(first, c * kChunkKeys);
+  *end = std::min(last + 1, (c + 1) * kChunkKeys);
+}
+
+// Items are (sequence, token, kv head) in order.
+struct ItemRef {
+  const AttentionSequence* seq;
+  int64_t t, g;
+};
+
+// One whole item on one thread: its chunks in order, merged as they come.
+template <class T>
+void attend_item(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
+                 const ItemScratch& it, const AttentionOps& ops) {
+  int64_t first, last;
+  visible_keys(*item.seq, item.t, params, &first, &last);
+  clear(it.total, s);
+  for (int64_t c = first / kChunkKeys; c <= last / kChunkKeys; ++c) {
+    int64_t begin, end;
+    chunk_range(first, last, c, &begin, &end);
+    chunk_partial(kv, *item.seq, item.t, item.g, s, params, begin, end, it.chunk, it, ops);
+    merge(it.total, it.chunk, s);
+  }
+  write_output(it.total, *item.seq, item.t, item.g, s);
+}
+
+// Few items and long contexts (decode of one or two sequences): the chunks of every item
+// are spread over the threads, their partials kept in the shared scratch, then merged.
+constexpr int64_t kMaxSplitItems = 16;
 
 }  // namespace
 
 size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_head, int64_t block_size) {
   const int64_t n_rep = n_kv_head > 0 ? n_head / n_kv_head : n_head;
-  return static_cast<size_t>(n_rep * (d_head + block_size + 2) + d_head);
+  return static_cast<size_t>(n_rep * (2 * d_head + 4 + block_size) + d_head);
 }
 
 template <class T>
-void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
-               int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch) {
+void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
+                   const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa) {
   if (kv.k == nullptr || kv.v == nullptr || kv.n_blocks <= 0 || kv.block_size <= 0 ||
       kv.n_kv_head <= 0 || kv.d_head <= 0 || n_head <= 0 || n_head % kv.n_kv_head != 0)
     throw Error(str_cat("attention: bad shapes: n_head ", n_head, ", n_kv_head ", kv.n_kv_head, ", d_head ",
                         kv.d_head, ", block_size ", kv.block_size, ", n_blocks ", kv.n_blocks));
+  if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("attention: this CPU has no AVX2+FMA");
   const Shape s{n_head, kv.n_kv_head, n_head / kv.n_kv_head, kv.d_head, kv.block_size, kv.n_blocks};
   scratch.require(pool.n_threads(), attention_scratch_floats(n_head, kv.n_kv_head, kv.d_head, kv.block_size),
                   "attention");
@@ -155,28 +246,96 @@ void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> seq
     check_sequence(sequences[i], i, s);
     n_items += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
   }
+  const AttentionOps ops = ops_for(isa);
+  auto item_at = [&](int64_t item) {
+    size_t seq_index = 0;
+    for (;;) {
+      const int64_t seq_items = std::max<int64_t>(0, sequences[seq_index].n_q) * s.n_kv_head;
+      if (item < seq_items) break;
+      item -= seq_items;
+      ++seq_index;
+    }
+    return ItemRef{&sequences[seq_index], item / s.n_kv_head, item % s.n_kv_head};
+  };
 
-  // Items are (sequence, token, kv head) in order; their cost grows with the position,
-  // so threads take them one at a time instead of in fixed chunks.
+  // Split path: fewer items than threads, more chunks than items, and room for the partials.
+  if (n_items > 0 && n_items < pool.n_threads() && n_items <= kMaxSplitItems) {
+    ItemRef items[kMaxSplitItems];
+    int64_t first_chunk[kMaxSplitItems], unit_begin[kMaxSplitItems + 1];
+    unit_begin[0] = 0;
+    for (int64_t i = 0; i < n_items; ++i) {
+      items[i] = item_at(i);
+      int64_t first, last;
+      visible_keys(*items[i].seq, items[i].t, params, &first, &last);
+      first_chunk[i] = first / kChunkKeys;
+      unit_begin[i + 1] = unit_begin[i] + last / kChunkKeys - first_chunk[i] + 1;
+    }
+    const int64_t n_units = unit_begin[n_items];
+    const size_t needed = static_cast<size_t>(n_units) * partial_floats(s) * sizeof(float);
+    if (n_units > n_items && needed <= scratch.shared_bytes()) {
+      float* partials = reinterpret_cast<float*>(scratch.shared_data());
+      pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int thread) {
+        const ItemScratch it = carve(scratch.thread_data(thread), s);
+        for (int64_t u = begin; u < end; ++u) {
+          int64_t i = 0;
+          while (u >= unit_begin[i + 1]) ++i;
+          int64_t first, last, k_begin, k_end;
+          visible_keys(*items[i].seq, items[i].t, params, &first, &last);
+          chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
+          chunk_partial(kv, *items[i].seq, items[i].t, items[i].g, s, params, k_begin, k_end,
+                        partial_at(partials + u * partial_floats(s), s), it, ops);
+        }
+      });
+      const ItemScratch it = carve(scratch.thread_data(0), s);
+      for (int64_t i = 0; i < n_items; ++i) {
+        clear(it.total, s);
+        for (int64_t u = unit_begin[i]; u < unit_begin[i + 1]; ++u)
+          merge(it.total, partial_at(partials + u * partial_floats(s), s), s);
+        write_output(it.total, *items[i].seq, items[i].t, items[i].g, s);
+      }
+      return;
+    }
+  }
+
+  // Item costs grow with the position, so threads take them one at a time.
   pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
     const ItemScratch it = carve(scratch.thread_data(thread), s);
-    size_t seq_index = 0;
-    int64_t seq_first_item = 0;
-    for (int64_t item = begin; item < end; ++item) {
-      for (;;) {
-        const int64_t seq_items = std::max<int64_t>(0, sequences[seq_index].n_q) * s.n_kv_head;
-        if (item < seq_first_item + seq_items) break;
-        seq_first_item += seq_items;
-        ++seq_index;
-      }
-      const int64_t local = item - seq_first_item;
-      attend_group(kv, sequences[seq_index], local / s.n_kv_head, local % s.n_kv_head, s, params, it);
-    }
+    for (int64_t item = begin; item < end; ++item) attend_item(kv, item_at(item), s, params, it, ops);
   });
+}
+
+template <class T>
+void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
+               const AttentionParams& params, ThreadPool& pool, Scratch& scratch) {
+  attention_isa(kv, sequences, n_head, params, pool, scratch, best_isa());
 }
 
 template void attention<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
                                const AttentionParams&, ThreadPool&, Scratch&);
+template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
+                                   const AttentionParams&, ThreadPool&, Scratch&, Isa);
+
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
+                             int64_t count, float scale, float* scores, int64_t score_stride) {
+  for (int64_t j = 0; j < count; ++j)
+    for (int64_t r = 0; r < n_rep; ++r)
+      scores[r * score_stride + j] = dot_f32_scalar(q + r * d_head, k + j * row_stride, d_head) * scale;
+}
+
+float attention_exp_sum_scalar(float* x, int64_t n, float max) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  return sum;
+}
+
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const float* v,
+                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride) {
+  for (int64_t j = 0; j < count; ++j)
+    for (int64_t r = 0; r < n_rep; ++r) axpy_f32(p[r * p_stride + j], v + j * row_stride, acc + r * acc_stride, d_head);
+}
 
 void attention_reference(const float* q, const int32_t* q_pos, int64_t n_q, int64_t n_head,
                          const float* k, const float* v, int64_t n_kv, int64_t n_kv_head,

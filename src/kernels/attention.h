@@ -2,6 +2,9 @@
 // (query token, KV head) item walks the sequence's blocks once, keeping a running max
 // and running sum per query head (online softmax), with the query heads that share the
 // KV head (GQA group) processed together so each K/V row is loaded once per group.
+// Keys are taken in chunks of 256 positions whose partial softmaxes merge in order, so
+// when a step has fewer items than threads (decode of one sequence) the chunks of one
+// item run on several threads and give the same bits as one thread would.
 //
 //   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
 //   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
@@ -13,6 +16,7 @@
 #include <span>
 
 #include "core/thread_pool.h"
+#include "kernels/isa.h"
 #include "kernels/scratch.h"
 
 namespace ridge::kernels {
@@ -51,7 +55,9 @@ size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_hea
                                 int64_t block_size);
 
 // Causal (key j <= q_pos) attention, with the optional sliding window, for every token of
-// every sequence; parallel over (sequence, query token, KV head) items. A token's output
+// every sequence; parallel over (sequence, query token, KV head) items, or over their
+// 256-key chunks when items are fewer than threads (partials in scratch.shared_data();
+// without room there it stays per item). A token's output
 // depends only on its own q and its sequence's cache, not on the rest of the batch.
 // Throws ridge::Error for inconsistent shapes, a position outside [0, n_kv), a short
 // block table, or a block id that is out of range or recycled (< 0) yet inside a
@@ -59,6 +65,26 @@ size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_hea
 template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
                int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
+
+// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2).
+template <class T>
+void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
+                   const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
+
+// The inner loops, scalar and AVX2 (attention_avx2.cpp):
+//  scores[r * score_stride + j] = scale * dot(q[r], k[j * row_stride]), r < n_rep, j < count
+//  exp_sum: x[i] = exp(x[i] - max) for i < n, returns their sum
+//  accumulate: acc[r * acc_stride + d] += p[r * p_stride + j] * v[j * row_stride + d]
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
+                             int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+float attention_exp_sum_scalar(float* x, int64_t n, float max);
+float attention_exp_sum_avx2(float* x, int64_t n, float max);
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const float* v, int64_t row_stride,
+                                 int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const float* v, int64_t row_stride,
+                               int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 
 // Reference for tests: materializes each score row over a dense cache and accumulates
 // in double. Allocates; single-threaded.
@@ -69,5 +95,7 @@ void attention_reference(const float* q, const int32_t* q_pos, int64_t n_q, int6
 
 extern template void attention<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>,
                                       int64_t, const AttentionParams&, ThreadPool&, Scratch&);
+extern template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
+                                          const AttentionParams&, ThreadPool&, Scratch&, Isa);
 
 }  // namespace ridge::kernels

@@ -1,6 +1,6 @@
-// Row conversions the kernels need on the hot path, with an F16C version selected at run
-// time: matmul turns F16 weight rows into floats with these instead of the scalar
-// reference dequantizer.
+// Row conversions with an F16C version selected at run time: F16 rows to floats (e.g.
+// an F16 KV row or weight row) faster than the scalar reference dequantizer. matmul's
+// F16 weights no longer come here: gemm_avx2.cpp converts them in registers.
 //
 //   f16_to_f32(row, buffer, n_in);   // uint16_t IEEE halves -> float
 #pragma once

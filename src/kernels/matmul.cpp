@@ -5,7 +5,6 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/convert.h"
 #include "kernels/dot.h"
 
 namespace ridge::kernels {
@@ -16,14 +15,13 @@ namespace {
 // once per weight row when n_tokens is large.
 constexpr int64_t kRowTile = 4;
 
+// Below this many activation elements, quantizing on one thread beats waking the pool.
+constexpr int64_t kParallelQuantizeElements = 32768;
+
 const float* dequantized_row(const WeightMatrix& w, ToFloatFn to_float, int64_t o, float* buffer) {
   const uint8_t* row = w.data + static_cast<size_t>(o) * w.row_bytes;
   if (w.dtype == DType::F32) return reinterpret_cast<const float*>(row);
-  if (w.dtype == DType::F16) {
-    f16_to_f32(reinterpret_cast<const uint16_t*>(row), buffer, w.n_in);
-  } else {
-    to_float(row, buffer, w.n_in);
-  }
+  to_float(row, buffer, w.n_in);
   return buffer;
 }
 
@@ -55,18 +53,79 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name) {
 }
 
 size_t matmul_scratch_floats(const WeightMatrix& w) {
-  return w.dtype == DType::F32 ? 0 : static_cast<size_t>(kRowTile * w.n_in);
+  if (w.dtype == DType::F32 || gemm_kernel(w.dtype, Isa::kScalar) != nullptr) return 0;
+  return static_cast<size_t>(kRowTile * w.n_in);
+}
+
+size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
+  const GemmKernel* kernel = gemm_kernel(w.dtype, Isa::kScalar);
+  if (kernel == nullptr || kernel->act == ActFormat::kF32 || max_tokens <= 0) return 0;
+  size_t bytes = static_cast<size_t>(max_tokens) * act_row_bytes(kernel->act, w.n_in);
+  if (kernel->act == ActFormat::kQ8_0 && max_tokens > 1)  // the transposed scales of a batch
+    bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
+  return bytes;
 }
 
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
             Scratch& scratch) {
+  matmul_isa(w, x, y, n_tokens, pool, scratch, best_isa());
+}
+
+void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
+                Scratch& scratch, Isa isa) {
   check_weight_matrix(w, "matmul");
   scratch.require(pool.n_threads(), matmul_scratch_floats(w), "matmul");
+  scratch.require_shared(matmul_shared_bytes(w, n_tokens), "matmul");
+  if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("matmul: this CPU has no AVX2+FMA+F16C");
   if (n_tokens <= 0) return;
-  const ToFloatFn to_float = type_traits(w.dtype).to_float;
   const int64_t n_in = w.n_in;
   const int64_t n_out = w.n_out;
 
+  const GemmKernel* kernel = gemm_kernel(w.dtype, isa);
+  if (kernel != nullptr) {
+    // Quantize every token row once; all threads then read them.
+    const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+    size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
+    float* scales_t = nullptr;
+    if (kernel->act != ActFormat::kF32) {
+      act_stride = act_row_bytes(kernel->act, n_in);
+      uint8_t* dst = scratch.shared_data();
+      auto quantize = [&](int64_t begin, int64_t end, int) {
+        for (int64_t t = begin; t < end; ++t)
+          quantize_activations(kernel->act, isa, x + t * n_in, dst + t * act_stride, n_in);
+      };
+      if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
+      else quantize(0, n_tokens, 0);
+      act = dst;
+      if (kernel->act == ActFormat::kQ8_0 && n_tokens > 1) {
+        scales_t = reinterpret_cast<float*>(dst + n_tokens * act_stride);
+        transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
+      }
+    }
+    // Row chunks taken dynamically, several per thread, so a thread slowed by another
+    // process does not hold up the step; a multiple of 16 rows keeps the tiles whole.
+    const int64_t n_threads = pool.n_threads();
+    const int64_t target_chunks = n_threads == 1 ? 1 : 4 * n_threads;
+    const int64_t chunk = std::max<int64_t>(16, (n_out + target_chunks - 1) / target_chunks + 15) / 16 * 16;
+    const int64_t n_chunks = (n_out + chunk - 1) / chunk;
+    pool.parallel_for_dynamic(n_chunks, 1, [&](int64_t begin, int64_t end, int) {
+      for (int64_t c = begin; c < end; ++c) {
+        const int64_t r0 = c * chunk;
+        const int64_t rows = std::min(chunk, n_out - r0);
+        const GemmArgs args{n_in,   w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
+                            y + r0, n_out, scales_t,
+                            scales_t ? reinterpret_cast<const int32_t*>(scales_t + q8_0_scales_t_floats(n_in, n_tokens))
+                                     : nullptr,
+                            q8_0_scales_t_stride(n_tokens)};
+        kernel->gemm(args, rows, n_tokens);
+      }
+    });
+    return;
+  }
+
+  // F32 weights (float dots, as the f32 references compute them) and types without an
+  // integer kernel (rows dequantized into per-thread scratch).
+  const ToFloatFn to_float = type_traits(w.dtype).to_float;
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end, int thread) {
     float* buffer = scratch.thread_data(thread);
     const float* rows[kRowTile];

@@ -1,9 +1,13 @@
 // Weight matmul over all tokens of a step: y[t][o] = dot(W[o], x[t]) with W in any
-// dtype the trait table can dequantize. Each weight row is read (and dequantized) once
-// per call and reused for every token, so a batch of tokens shares the weight bytes.
+// dtype the trait table can dequantize. Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, F16 and BF16
+// weights run the quantized GEMM (kernels/gemm.h): the activations are quantized to 8
+// bits once per call, and integer dot products run on the weight blocks as stored; F32
+// weights use float dots; other types dequantize rows. Weight tiles are reused across
+// tokens, so a batch of tokens shares the weight bytes.
 //
 //   WeightMatrix w = weight_matrix(DType::Q4_K, n_embd, n_ff, tensor_bytes);
 //   Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));    // at start-up
+//   scratch.reserve_shared(matmul_shared_bytes(w, max_tokens));
 //   matmul(w, x, y, n_tokens, pool, scratch);     // x [n_tokens][n_embd] -> y [n_tokens][n_ff]
 #pragma once
 
@@ -13,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/thread_pool.h"
+#include "kernels/gemm.h"
 #include "kernels/scratch.h"
 
 namespace ridge::kernels {
@@ -36,6 +41,10 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name);
 // Floats of per-thread scratch matmul(w, ...) needs.
 size_t matmul_scratch_floats(const WeightMatrix& w);
 
+// Bytes of shared scratch (Scratch::reserve_shared) matmul(w, ...) needs for up to
+// max_tokens tokens: their quantized activations.
+size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens);
+
 // y[t][o] = sum_i W[o][i] * x[t][i] for t < n_tokens, o < n_out. Parallel over output
 // rows; y[t][o] depends only on W[o] and x[t] (not on n_tokens or the thread count),
 // so a sequence's result does not depend on what else is in the batch.
@@ -43,6 +52,11 @@ size_t matmul_scratch_floats(const WeightMatrix& w);
 // Throws ridge::Error if w fails check_weight_matrix or scratch is too small.
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
             Scratch& scratch);
+
+// matmul with the kernels of a given ISA (tests and benchmarks compare kScalar and
+// kAvx2; kAvx2 needs best_isa() == kAvx2).
+void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
+                Scratch& scratch, Isa isa);
 
 // Reference for tests: dequantizes each row with the same to_float and accumulates in
 // double. Allocates; single-threaded.

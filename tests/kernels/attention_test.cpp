@@ -262,3 +262,76 @@ TEST(Attention, RejectsBadInput) {
 
 }  // namespace
 }  // namespace ridge::kernels
+
+namespace ridge::kernels {
+namespace {
+
+// The vectorized exp of the softmax against std::exp over the range scores take.
+TEST(AttentionInnerLoops, ExpSumMatchesStdExp) {
+  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  std::vector<float> x;
+  for (float v = -86.0f; v <= 0.0f; v += 0.0137f) x.push_back(v);
+  x.push_back(0.0f);
+  std::vector<float> fast = x, slow = x;
+  const float fast_sum = attention_exp_sum_avx2(fast.data(), static_cast<int64_t>(fast.size()), 0.0f);
+  const float slow_sum = attention_exp_sum_scalar(slow.data(), static_cast<int64_t>(slow.size()), 0.0f);
+  for (size_t i = 0; i < x.size(); ++i) ASSERT_NEAR(fast[i], slow[i], 3e-7f * slow[i] + 1e-37f) << "exp(" << x[i] << ")";
+  EXPECT_NEAR(fast_sum, slow_sum, 1e-5f * slow_sum);
+}
+
+// Every shape of the scalar and AVX2 loops, odd head counts and d_head not a multiple of 8.
+TEST(AttentionInnerLoops, Avx2MatchesScalar) {
+  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  for (int64_t n_rep : {1, 2, 3, 5, 7}) {
+    for (int64_t d_head : {8, 20, 64, 136}) {
+      const int64_t count = 13, row_stride = d_head + 5, stride = 16;
+      const auto q = testing::random_floats(n_rep * d_head, 1);
+      const auto k = testing::random_floats(count * row_stride, 2);
+      std::vector<float> fast(n_rep * stride, 0.0f), slow(fast.size(), 0.0f);
+      attention_scores_avx2(q.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, fast.data(), stride);
+      attention_scores_scalar(q.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, slow.data(), stride);
+      for (size_t i = 0; i < fast.size(); ++i) ASSERT_NEAR(fast[i], slow[i], 1e-5f + 1e-5f * std::fabs(slow[i]));
+      std::vector<float> acc_fast = testing::random_floats(n_rep * d_head, 3), acc_slow = acc_fast;
+      attention_accumulate_avx2(fast.data(), stride, n_rep, k.data(), row_stride, count, d_head, acc_fast.data(), d_head);
+      attention_accumulate_scalar(fast.data(), stride, n_rep, k.data(), row_stride, count, d_head, acc_slow.data(),
+                                  d_head);
+      for (size_t i = 0; i < acc_fast.size(); ++i)
+        ASSERT_NEAR(acc_fast[i], acc_slow[i], 1e-4f + 1e-5f * std::fabs(acc_slow[i]));
+    }
+  }
+}
+
+// A long-context decode token is split over threads (few items); the same token among
+// enough others is not. Both must give the same bits, and match the reference.
+TEST(Attention, SplitAcrossThreadsEqualsUnsplit) {
+  Case c;
+  c.n_head = 4;
+  c.n_kv_head = 1;
+  c.d_head = 64;
+  c.n_kv = 1100;
+  c.n_q = 1;
+  PagedSequence s = make_sequence(c, 77);
+  const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+  for (Isa isa : {Isa::kScalar, best_isa()}) {
+    ThreadPool pool(3);
+    Scratch scratch(3, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
+    scratch.reserve_shared(size_t{1} << 20);
+    std::vector<float> alone(s.q.size()), crowd(s.q.size() * 4);
+    const AttentionSequence one{s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, alone.data()};
+    attention_isa(kv, std::span<const AttentionSequence>(&one, 1), c.n_head, params_of(c), pool, scratch, isa);
+    // Four copies of the token: four items, no split.
+    std::vector<AttentionSequence> many;
+    for (int i = 0; i < 4; ++i)
+      many.push_back({s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, crowd.data() + i * s.q.size()});
+    attention_isa(kv, std::span<const AttentionSequence>(many), c.n_head, params_of(c), pool, scratch, isa);
+    for (int i = 0; i < 4; ++i)
+      for (size_t e = 0; e < alone.size(); ++e) ASSERT_EQ(alone[e], crowd[i * s.q.size() + e]) << "copy " << i;
+    std::vector<float> want(s.q.size());
+    attention_reference(s.q.data(), s.q_pos.data(), 1, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
+                        c.d_head, params_of(c), want.data());
+    for (size_t e = 0; e < want.size(); ++e) ASSERT_TRUE(close(alone[e], want[e])) << e;
+  }
+}
+
+}  // namespace
+}  // namespace ridge::kernels

@@ -1,10 +1,12 @@
 // matmul against the double reference on the same dequantized weights, for each weight
-// type the engine meets in real GGUF files, plus the batching guarantees the engine
-// relies on: a token's output does not depend on the batch or the thread count.
+// type the engine meets in real GGUF files, with a tolerance that accounts for the 8-bit
+// rounding of the activations; plus the batching guarantees the engine relies on: a
+// token's output does not depend on the batch, the thread count or the tile it lands in.
 #include "kernels/matmul.h"
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <vector>
 
@@ -46,40 +48,95 @@ bool can_test(DType type) {
 // n_in for a type: a few blocks, odd where the block size allows it.
 int64_t odd_width(DType type) {
   const int64_t block = type_traits(type).block_size;
-  return block == 1 ? 131 : 3 * block;
+  return block == 1 ? 131 : (block == 32 ? 19 * block : 3 * block);  // 19: past one group of 8
+}
+
+// Elements that share one activation scale for this weight type (0: f32 activations).
+int64_t activation_group(DType type) {
+  const GemmKernel* k = gemm_kernel(type, Isa::kScalar);
+  if (k == nullptr || k->act == ActFormat::kF32) return 0;
+  return k->act == ActFormat::kQ8_0 ? 32 : 256;
+}
+
+std::vector<Isa> isas() {
+  std::vector<Isa> v{Isa::kScalar};
+  if (best_isa() == Isa::kAvx2) v.push_back(Isa::kAvx2);
+  return v;
+}
+
+const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+
+void reserve(Scratch& scratch, int n_threads, const WeightMatrix& w, int64_t max_tokens) {
+  scratch.reserve(n_threads, matmul_scratch_floats(w));
+  scratch.reserve_shared(matmul_shared_bytes(w, max_tokens));
 }
 
 class MatmulByType : public ::testing::TestWithParam<DType> {};
 
-TEST_P(MatmulByType, MatchesDoubleReferenceOnSameWeights) {
+// |got - ref| <= float slack + sum_i |w_i| * step_i / 2, where step_i = max|x| / 127 of
+// x_i's activation block: the most that rounding x to 8 bits can move the dot product.
+TEST_P(MatmulByType, MatchesDoubleReferenceWithinActivationRounding) {
   const DType type = GetParam();
   if (!can_test(type)) GTEST_SKIP() << dtype_name(type) << " has no quantizer/dequantizer yet";
   const int64_t n_in = odd_width(type), n_out = 37;
   const QuantizedMatrix m = make_matrix(type, n_in, n_out);
+  const int64_t group = activation_group(type);
   std::vector<float> row(static_cast<size_t>(n_in));
 
-  for (int64_t n_tokens : {1, 3, 17}) {
-    const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 5 + n_tokens);
-    ThreadPool pool(3);
-    Scratch scratch(pool.n_threads(), matmul_scratch_floats(m.w));
-    std::vector<float> got(static_cast<size_t>(n_tokens * n_out)), want(got.size());
-    matmul(m.w, x.data(), got.data(), n_tokens, pool, scratch);
-    matmul_reference(m.w, x.data(), want.data(), n_tokens);
+  for (Isa isa : isas()) {
+    for (int64_t n_tokens : {1, 3, 17}) {
+      const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 5 + n_tokens);
+      ThreadPool pool(3);
+      Scratch scratch;
+      reserve(scratch, pool.n_threads(), m.w, n_tokens);
+      std::vector<float> got(static_cast<size_t>(n_tokens * n_out)), want(got.size());
+      matmul_isa(m.w, x.data(), got.data(), n_tokens, pool, scratch, isa);
+      matmul_reference(m.w, x.data(), want.data(), n_tokens);
 
-    for (int64_t o = 0; o < n_out; ++o) {
-      if (type == DType::F32)
-        std::memcpy(row.data(), m.bytes.data() + o * m.w.row_bytes, n_in * sizeof(float));
-      else
-        type_traits(type).to_float(m.bytes.data() + o * m.w.row_bytes, row.data(), n_in);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        // Float accumulation error scales with the sum of |products|, not with the result.
-        double magnitude = 0;
-        for (int64_t i = 0; i < n_in; ++i) magnitude += std::fabs(double(row[i]) * x[t * n_in + i]);
-        const double ref = want[t * n_out + o];
-        EXPECT_NEAR(got[t * n_out + o], ref, 1e-5 + 1e-4 * std::fabs(ref) + 2e-6 * magnitude)
-            << dtype_name(type) << " token " << t << " row " << o;
+      for (int64_t o = 0; o < n_out; ++o) {
+        if (type == DType::F32)
+          std::memcpy(row.data(), m.bytes.data() + o * m.w.row_bytes, n_in * sizeof(float));
+        else
+          type_traits(type).to_float(m.bytes.data() + o * m.w.row_bytes, row.data(), n_in);
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          const float* xt = x.data() + t * n_in;
+          double magnitude = 0, rounding = 0;
+          for (int64_t i = 0; i < n_in; ++i) magnitude += std::fabs(double(row[i]) * xt[i]);
+          for (int64_t g0 = 0; group > 0 && g0 < n_in; g0 += group) {
+            double amax = 0, weight = 0;
+            for (int64_t i = g0; i < g0 + group; ++i) {
+              amax = std::max(amax, double(std::fabs(xt[i])));
+              weight += std::fabs(row[i]);
+            }
+            rounding += weight * amax / 127.0 / 2.0;
+          }
+          const double ref = want[t * n_out + o];
+          EXPECT_NEAR(got[t * n_out + o], ref, 1e-5 + 1e-4 * std::fabs(ref) + 4e-6 * magnitude + 1.001 * rounding)
+              << dtype_name(type) << " " << isa_name(isa) << " token " << t << " row " << o;
+        }
       }
     }
+  }
+}
+
+// The AVX2 tiles against the scalar per-type references on the same quantized
+// activations: only float summation order differs, so the gap is tiny.
+TEST_P(MatmulByType, Avx2MatchesScalarKernel) {
+  const DType type = GetParam();
+  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!can_test(type)) GTEST_SKIP() << dtype_name(type) << " has no quantizer/dequantizer yet";
+  const int64_t n_in = odd_width(type), n_out = 41;
+  const QuantizedMatrix m = make_matrix(type, n_in, n_out);
+  ThreadPool pool(2);
+  Scratch scratch;
+  for (int64_t n_tokens : {1, 2, 5, 23}) {
+    reserve(scratch, pool.n_threads(), m.w, n_tokens);
+    const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 31 + n_tokens, 3.0f);
+    std::vector<float> fast(static_cast<size_t>(n_tokens * n_out)), slow(fast.size());
+    matmul_isa(m.w, x.data(), fast.data(), n_tokens, pool, scratch, Isa::kAvx2);
+    matmul_isa(m.w, x.data(), slow.data(), n_tokens, pool, scratch, Isa::kScalar);
+    for (size_t i = 0; i < fast.size(); ++i)
+      EXPECT_NEAR(fast[i], slow[i], 1e-4 + 2e-5 * std::fabs(slow[i])) << dtype_name(type) << " output " << i;
   }
 }
 
@@ -90,36 +147,43 @@ TEST_P(MatmulByType, TokenResultIndependentOfBatchAndThreads) {
   const QuantizedMatrix m = make_matrix(type, n_in, n_out);
   const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 9);
   ThreadPool pool3(3), pool1(1);
-  Scratch scratch(3, matmul_scratch_floats(m.w));
-
-  std::vector<float> batched(static_cast<size_t>(n_tokens * n_out));
-  matmul(m.w, x.data(), batched.data(), n_tokens, pool3, scratch);
-  std::vector<float> single(static_cast<size_t>(n_out));
-  for (int64_t t = 0; t < n_tokens; ++t) {
-    matmul(m.w, x.data() + t * n_in, single.data(), 1, (t % 2) ? pool1 : pool3, scratch);
-    for (int64_t o = 0; o < n_out; ++o)
-      ASSERT_EQ(single[o], batched[t * n_out + o]) << "token " << t << " row " << o;
+  for (Isa isa : isas()) {
+    Scratch scratch;
+    reserve(scratch, 3, m.w, n_tokens);
+    std::vector<float> batched(static_cast<size_t>(n_tokens * n_out));
+    matmul_isa(m.w, x.data(), batched.data(), n_tokens, pool3, scratch, isa);
+    std::vector<float> single(static_cast<size_t>(n_out));
+    for (int64_t t = 0; t < n_tokens; ++t) {
+      matmul_isa(m.w, x.data() + t * n_in, single.data(), 1, (t % 2) ? pool1 : pool3, scratch, isa);
+      for (int64_t o = 0; o < n_out; ++o)
+        ASSERT_EQ(single[o], batched[t * n_out + o]) << isa_name(isa) << " token " << t << " row " << o;
+    }
+    // A window of the batch in other tile positions: tokens 3..9 alone.
+    std::vector<float> window(static_cast<size_t>(7 * n_out));
+    matmul_isa(m.w, x.data() + 3 * n_in, window.data(), 7, pool1, scratch, isa);
+    for (int64_t i = 0; i < 7 * n_out; ++i) ASSERT_EQ(window[i], batched[3 * n_out + i]) << isa_name(isa);
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
-                         ::testing::Values(DType::F32, DType::F16, DType::Q8_0, DType::Q4_K, DType::Q6_K),
+                         ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
+                                           DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::Q3_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 TEST(Matmul, PaddedRowStrideIsHonoured) {
-  const QuantizedMatrix m = make_matrix(DType::F32, 20, 9, /*padding=*/12);
-  const auto x = random_floats(2 * 20, 3);
-  ThreadPool pool(2);
-  Scratch scratch(2, matmul_scratch_floats(m.w));
-  std::vector<float> got(2 * 9), want(2 * 9);
-  matmul(m.w, x.data(), got.data(), 2, pool, scratch);
-  for (int64_t t = 0; t < 2; ++t)
-    for (int64_t o = 0; o < 9; ++o) {
-      const float* row = reinterpret_cast<const float*>(m.bytes.data() + o * m.w.row_bytes);
-      double sum = 0;
-      for (int i = 0; i < 20; ++i) sum += double(row[i]) * x[t * 20 + i];
-      EXPECT_NEAR(got[t * 9 + o], sum, 1e-5);
-    }
+  for (DType type : {DType::F32, DType::Q8_0, DType::Q4_K}) {
+    const QuantizedMatrix padded = make_matrix(type, 256, 9, /*padding=*/12);
+    const QuantizedMatrix dense = make_matrix(type, 256, 9);
+    const auto x = random_floats(2 * 256, 3);
+    ThreadPool pool(2);
+    Scratch scratch;
+    reserve(scratch, 2, padded.w, 2);
+    std::vector<float> got(2 * 9), want(2 * 9);
+    matmul(padded.w, x.data(), got.data(), 2, pool, scratch);
+    matmul(dense.w, x.data(), want.data(), 2, pool, scratch);
+    EXPECT_EQ(got, want) << dtype_name(type);
+  }
 }
 
 TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
@@ -134,10 +198,14 @@ TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
   // An id that is not a type at all.
   EXPECT_THROW(check_weight_matrix(WeightMatrix{static_cast<DType>(4), 32, 2, bytes.data(), 64}, "w"), Error);
   EXPECT_THROW(check_weight_matrix(WeightMatrix{DType::F32, 8, 2, nullptr, 32}, "w"), Error);
-  if (can_test(DType::Q8_0)) {
-    const WeightMatrix w = weight_matrix(DType::Q8_0, 256, 2, bytes.data());
-    EXPECT_THROW(matmul(w, x, y, 1, pool, scratch), Error);  // needs 4 * 256 floats per thread
-  }
+  // Quantized activations need shared scratch; a dequantizing type needs per-thread rows.
+  const WeightMatrix q8 = weight_matrix(DType::Q8_0, 256, 2, bytes.data());
+  EXPECT_THROW(matmul(q8, x, y, 1, pool, scratch), Error);
+  scratch.reserve_shared(matmul_shared_bytes(q8, 1));
+  EXPECT_NO_THROW(matmul(q8, x, y, 1, pool, scratch));
+  EXPECT_THROW(matmul(q8, x, y, 2, pool, scratch), Error);  // sized for one token
+  const WeightMatrix q4_1 = weight_matrix(DType::Q4_1, 256, 2, bytes.data());
+  EXPECT_THROW(matmul(q4_1, x, y, 1, pool, scratch), Error);  // needs 4 * 256 floats per thread
   try {
     check_weight_matrix(WeightMatrix{DType::F32, 8, 2, bytes.data(), 16}, "blk.3.ffn_up.weight");
     FAIL() << "expected an error";

@@ -1,0 +1,105 @@
+// The quantized GEMM behind matmul(): activations are quantized once per call (8-bit
+// blocks, as ggml does), then integer dot products run against the weight blocks as they
+// lie in the GGUF file. Each weight type has a scalar reference and an AVX2 kernel;
+// matmul picks the kernel for the CPU at run time.
+//
+//   const GemmKernel* k = gemm_kernel(DType::Q4_K, best_isa());   // null: no integer path
+//   quantize_activations(k->act, Isa::kAvx2, x, act, n_in);      // one token row
+//   k->gemm({n_in, w_bytes, row_bytes, act, act_row_bytes(k->act, n_in), y, n_out}, n_out, 1);
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/dtype.h"
+#include "kernels/isa.h"
+
+namespace ridge::kernels {
+
+// How a token row of activations is stored for a weight type.
+//  kF32:  the floats as they are (F16, BF16 weights: converted in registers, f32 math).
+//  kQ8_0: n_in int8 values q, then n_in / 32 float scales d, then n_in / 32 int32 sums
+//         of each block's q; x[i] ~ d[i / 32] * q[i]. Float (not f16) scales: no second
+//         rounding. The sums let Q4_0/Q5_0 multiply unsigned nibbles (q_w - 8 = nibble - 8:
+//         dot = sum(nibble * q) - 8 * sum(q)) without the sign trick.
+//  kQ8_K: n_in / 256 BlockQ8_K (float d, 256 int8, 16 sums of 16), for the K-quants.
+// Every 8-bit format uses d = max|x| / 127 and q = round-half-even(x * (1 / d)), so the
+// scalar and AVX2 quantizers produce the same bytes.
+enum class ActFormat { kF32, kQ8_0, kQ8_K };
+
+// Bytes of one quantized activation row (kF32: n_in floats), rounded up to 64.
+size_t act_row_bytes(ActFormat format, int64_t n_in);
+
+// Quantizes one token row x[n_in] into dst (act_row_bytes(format, n_in) bytes).
+// n_in must be a multiple of the format's block (32 or 256). kF32 copies.
+void quantize_activations(ActFormat format, Isa isa, const float* x, uint8_t* dst, int64_t n_in);
+
+// One GEMM call: y[t * ldy + r] = dot(weight row r, activation row t).
+struct GemmArgs {
+  int64_t n_in = 0;          // elements per row (a multiple of the weight block size)
+  const uint8_t* w = nullptr;    // weight row 0
+  size_t w_stride = 0;           // bytes between weight rows
+  const uint8_t* act = nullptr;  // activation row 0, in the kernel's ActFormat
+  size_t act_stride = 0;         // bytes between activation rows
+  float* y = nullptr;            // y[t * ldy + r]
+  int64_t ldy = 0;
+  // kQ8_0 batches (optional; AVX2): the activation scales and block sums transposed,
+  // scales_t[b * scales_t_stride + t] = scale of block b of token t, sums_t likewise,
+  // with scales_t_stride = n_tokens rounded up to 8 (padding zero). Null: none.
+  const float* scales_t = nullptr;
+  const int32_t* sums_t = nullptr;
+  int64_t scales_t_stride = 0;
+};
+
+// The transposed kQ8_0 tables for n_tokens rows of n_in: 4-byte entries per table, the
+// stride, and the fill (scales into dst, sums right after: dst + q8_0_scales_t_floats).
+size_t q8_0_scales_t_floats(int64_t n_in, int64_t n_tokens);
+int64_t q8_0_scales_t_stride(int64_t n_tokens);
+void transpose_q8_0_scales(const uint8_t* act, size_t act_stride, int64_t n_in, int64_t n_tokens, float* dst);
+
+// Computes the n_rows x n_tokens block of outputs. The value of each output depends only
+// on its weight row and activation row: not on n_rows, n_tokens or tiling, so a token's
+// result is the same in any batch.
+using GemmFn = void (*)(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+
+struct GemmKernel {
+  ActFormat act = ActFormat::kF32;
+  int64_t block = 1;  // the weight type's block size (n_in must be a multiple)
+  GemmFn gemm = nullptr;
+};
+
+// The kernel for a weight type and ISA, or null when the type has no integer path
+// (F32, Q4_1, Q5_1, Q2_K, Q3_K, ...: matmul dequantizes those rows instead).
+const GemmKernel* gemm_kernel(DType weight, Isa isa);
+
+// Scalar references, one weight row against one activation row, with integer block
+// sums and one float multiply-add per block in block order.
+float vec_dot_q8_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q4_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q4_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_f16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+
+// AVX2 versions (gemm_avx2.cpp); call only when best_isa() == Isa::kAvx2.
+void quantize_act_q8_0_avx2(const float* x, uint8_t* dst, int64_t n_in);
+void quantize_act_q8_k_avx2(const float* x, uint8_t* dst, int64_t n_in);
+void gemm_q8_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q6_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_f16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_bf16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+
+// AVX-VNNI builds of the Q8_0-family tiles (gemm_avxvnni.cpp), bit-identical to the AVX2
+// ones; the kAvx2 table uses them when cpu_has_avx_vnni().
+bool cpu_has_avx_vnni();
+void gemm_q8_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+
+}  // namespace ridge::kernels
