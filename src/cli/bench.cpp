@@ -1,0 +1,374 @@
+// `ridge bench -m MODEL -p 512 -n 128 -t 1,2 -r 5`: prompt processing (pp) and token
+// generation (tg) speed as llama-bench measures them, plus what decode is bound by: the
+// bytes each generated token reads (weights + KV), the machine's measured read bandwidth,
+// and the fraction of that roofline reached. `--batch 1,2,4,8` adds decode with several
+// sequences in one step (aggregate tokens/s); `--json` prints llama-bench's JSON fields.
+//
+// Like llama-bench: random tokens; every repetition starts from an empty KV cache; pp
+// feeds n_prompt tokens in chunks of n_batch with logits for each chunk's last token; tg
+// feeds n_gen single tokens (positions 0..n_gen-1) with logits for each; one warm-up run
+// before the timed ones.
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "model/model.h"
+#include "plan/probe.h"
+
+namespace ridge::cli {
+namespace {
+
+struct BenchOptions {
+  std::string model;
+  std::vector<int> n_prompt{512};
+  std::vector<int> n_gen{128};
+  std::vector<int> threads;       // empty: all cores
+  std::vector<int> batch;         // decode sequences per step for the batched sweep
+  int reps = 5;
+  int n_batch = 512;
+  bool json = false;
+  bool no_bandwidth = false;
+};
+
+struct Result {
+  std::string test;         // "pp512", "tg128", "tg128 x8"
+  int n_prompt = 0, n_gen = 0, n_seq = 1, threads = 0;
+  std::vector<double> samples_ns;
+  double tokens = 0;        // tokens per sample
+  double bytes_per_token = 0, bandwidth_gbs = 0;  // tg only
+
+  double mean_ts() const {
+    double s = 0;
+    for (double ns : samples_ns) s += tokens / (ns * 1e-9);
+    return s / samples_ns.size();
+  }
+  double sd_ts() const {
+    if (samples_ns.size() < 2) return 0;
+    const double m = mean_ts();
+    double s = 0;
+    for (double ns : samples_ns) s += std::pow(tokens / (ns * 1e-9) - m, 2);
+    return std::sqrt(s / (samples_ns.size() - 1));
+  }
+  double roofline_pct() const {
+    return bandwidth_gbs > 0 ? 100.0 * mean_ts() * bytes_per_token / (bandwidth_gbs * 1e9) : 0;
+  }
+};
+
+// What a file is, for the table and the JSON.
+struct ModelFacts {
+  std::string filename, type;
+  uint64_t size = 0, n_params = 0;
+  double weight_bytes_per_step = 0;  // every matrix once, and one embedding row
+};
+
+std::string file_type_name(uint64_t ftype) {
+  switch (ftype) {
+    case 0: return "all F32";
+    case 1: return "F16";
+    case 2: return "Q4_0";
+    case 3: return "Q4_1";
+    case 7: return "Q8_0";
+    case 8: return "Q5_0";
+    case 9: return "Q5_1";
+    case 10: return "Q2_K - Medium";
+    case 11: return "Q3_K - Small";
+    case 12: return "Q3_K - Medium";
+    case 13: return "Q3_K - Large";
+    case 14: return "Q4_K - Small";
+    case 15: return "Q4_K - Medium";
+    case 16: return "Q5_K - Small";
+    case 17: return "Q5_K - Medium";
+    case 18: return "Q6_K";
+    case 32: return "BF16";
+    default: return str_cat("ftype ", ftype);
+  }
+}
+
+std::string human_count(double n) {
+  char buf[32];
+  if (n >= 1e9) std::snprintf(buf, sizeof buf, "%.1fB", n / 1e9);
+  else std::snprintf(buf, sizeof buf, "%.0fM", n / 1e6);
+  return buf;
+}
+
+ModelFacts model_facts(const std::string& path, const Model& model) {
+  const gguf::File& f = model.file();
+  ModelFacts m;
+  m.filename = path;
+  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
+  const bool tied = f.find_tensor("output.weight") == nullptr;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    m.size += t.nbytes;
+    m.n_params += static_cast<uint64_t>(t.n_elements());
+  }
+  m.weight_bytes_per_step = static_cast<double>(m.size);
+  if (embd != nullptr && !tied) m.weight_bytes_per_step -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / embd->ne[1]);
+  const std::string label = f.get_string("general.size_label", human_count(static_cast<double>(m.n_params)));
+  m.type = str_cat(model.config().arch, " ", label, " ", file_type_name(f.get_u64("general.file_type", 0)));
+  return m;
+}
+
+// K and V bytes one token at position pos reads in every layer (its visible keys).
+double kv_bytes_read(const ModelConfig& c, int64_t pos) {
+  double bytes = 0;
+  for (const LayerConfig& l : c.layers) {
+    const int64_t visible = l.window > 0 ? std::min<int64_t>(l.window, pos + 1) : pos + 1;
+    bytes += 2.0 * c.n_kv_head * c.d_head * sizeof(float) * static_cast<double>(visible);
+  }
+  return bytes;
+}
+
+class Runner {
+ public:
+  Runner(const std::string& path, int threads, int max_tokens, int max_seqs, int max_context)
+      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = max_tokens})) {
+    const ModelConfig& c = model_->config();
+    const size_t per_token = 2 * static_cast<size_t>(c.n_layer) * c.n_kv_head * c.d_head * sizeof(float);
+    const size_t budget = per_token * (static_cast<size_t>(max_context) + max_tokens + 64) * max_seqs;
+    cache_ = std::make_unique<KvCache>(model_->kv_cache_config(budget, max_seqs, max_context + 16));
+    logits_.resize(static_cast<size_t>(std::max(max_seqs, 1)) * c.n_vocab);
+    std::mt19937 rng(1234);
+    std::uniform_int_distribution<int32_t> token(0, c.n_vocab - 1);
+    tokens_.resize(static_cast<size_t>(std::max(max_tokens, max_context)) + 16);
+    for (int32_t& t : tokens_) t = token(rng);
+  }
+
+  Model& model() { return *model_; }
+
+  void reset(int n_seq) {
+    for (int32_t s = 0; s < cache_->max_sequences(); ++s)
+      if (cache_->has_sequence(s)) cache_->free_sequence(s);
+    for (int32_t s = 0; s < n_seq; ++s) cache_->add_sequence(s);
+  }
+
+  // Seconds to feed n_prompt tokens to one empty sequence in chunks of n_batch.
+  double prompt(int n_prompt, int n_batch) {
+    reset(1);
+    const auto start = std::chrono::steady_clock::now();
+    for (int done = 0; done < n_prompt;) {
+      const int n = std::min(n_batch, n_prompt - done);
+      if (!cache_->reserve(0, n)) throw Error("bench: the KV cache is too small for the prompt");
+      batch_.clear();
+      batch_.add_sequence(0, done, std::span<const int32_t>(tokens_).subspan(done, n), LogitRows::kLast);
+      model_->forward(batch_, *cache_, logits_.data());
+      done += n;
+    }
+    return seconds_since(start);
+  }
+
+  // Seconds for n_gen decode steps of n_seq sequences (one token each per step).
+  double generate(int n_gen, int n_seq) {
+    reset(n_seq);
+    const auto start = std::chrono::steady_clock::now();
+    for (int step = 0; step < n_gen; ++step) {
+      batch_.clear();
+      for (int32_t s = 0; s < n_seq; ++s) {
+        if (!cache_->reserve(s, 1)) throw Error("bench: the KV cache is too small for the batch");
+        batch_.add_sequence(s, step, std::span<const int32_t>(tokens_).subspan((step + s) % tokens_.size(), 1),
+                            LogitRows::kLast);
+      }
+      model_->forward(batch_, *cache_, logits_.data());
+    }
+    return seconds_since(start);
+  }
+
+ private:
+  static double seconds_since(std::chrono::steady_clock::time_point start) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<KvCache> cache_;
+  Batch batch_;
+  std::vector<float> logits_;
+  std::vector<int32_t> tokens_;
+};
+
+std::string format_size(uint64_t bytes) {
+  char buf[32];
+  if (bytes >= (uint64_t{1} << 30)) std::snprintf(buf, sizeof buf, "%.2f GiB", bytes / double(uint64_t{1} << 30));
+  else std::snprintf(buf, sizeof buf, "%.2f MiB", bytes / double(1 << 20));
+  return buf;
+}
+
+void print_header() {
+  std::printf("| %-28s | %10s | %8s | %7s | %10s | %16s | %10s | %8s | %8s |\n", "model", "size", "params", "threads",
+              "test", "t/s", "MB/token", "GB/s", "roofline");
+  std::printf("| %s | %s: | %s: | %s: | %s: | %s: | %s: | %s: | %s: |\n", std::string(28, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
+              std::string(9, '-').c_str(), std::string(15, '-').c_str(), std::string(9, '-').c_str(),
+              std::string(7, '-').c_str(), std::string(7, '-').c_str());
+}
+
+void print_row(const ModelFacts& m, const Result& r) {
+  char ts[48];
+  std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.mean_ts(), r.sd_ts());
+  char mb[16] = "-", bw[16] = "-", roof[16] = "-";
+  if (r.bytes_per_token > 0) {
+    std::snprintf(mb, sizeof mb, "%.1f", r.bytes_per_token / 1e6);
+    if (r.bandwidth_gbs > 0) {
+      std::snprintf(bw, sizeof bw, "%.1f", r.bandwidth_gbs);
+      std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_pct());
+    }
+  }
+  std::printf("| %-28s | %10s | %7.2f M | %7d | %10s | %16s | %10s | %8s | %8s |\n", m.type.c_str(),
+              format_size(m.size).c_str(), m.n_params / 1e6, r.threads, r.test.c_str(), ts, mb, bw, roof);
+  std::fflush(stdout);
+}
+
+nlohmann::json to_json(const ModelFacts& m, const Result& r, int n_batch) {
+  std::vector<int64_t> ns;
+  std::vector<double> ts;
+  double mean_ns = 0;
+  for (double s : r.samples_ns) {
+    ns.push_back(static_cast<int64_t>(s));
+    ts.push_back(r.tokens / (s * 1e-9));
+    mean_ns += s / r.samples_ns.size();
+  }
+  double sd_ns = 0;
+  for (double s : r.samples_ns) sd_ns += (s - mean_ns) * (s - mean_ns);
+  sd_ns = r.samples_ns.size() > 1 ? std::sqrt(sd_ns / (r.samples_ns.size() - 1)) : 0;
+  nlohmann::json j = {{"model_filename", m.filename},
+                      {"model_type", m.type},
+                      {"model_size", m.size},
+                      {"model_n_params", m.n_params},
+                      {"n_prompt", r.n_prompt},
+                      {"n_gen", r.n_gen},
+                      {"n_batch", n_batch},
+                      {"n_seq", r.n_seq},
+                      {"n_threads", r.threads},
+                      {"test", r.test},
+                      {"avg_ts", r.mean_ts()},
+                      {"stddev_ts", r.sd_ts()},
+                      {"samples_ts", ts},
+                      {"samples_ns", ns},
+                      {"avg_ns", static_cast<int64_t>(mean_ns)},
+                      {"stddev_ns", static_cast<int64_t>(sd_ns)}};
+  if (r.bytes_per_token > 0) {
+    j["bytes_per_token"] = r.bytes_per_token;
+    j["bandwidth_gbs"] = r.bandwidth_gbs;
+    j["roofline_pct"] = r.roofline_pct();
+  }
+  return j;
+}
+
+void check_positive(const std::vector<int>& values, const char* flag, bool allow_zero) {
+  for (int v : values)
+    if (v < 0 || (v == 0 && !allow_zero)) throw Error(str_cat(flag, " values must be ", allow_zero ? ">= 0" : "> 0", ", got ", v));
+}
+
+void bench(BenchOptions opt) {
+  if (opt.reps < 1) throw Error(str_cat("-r must be >= 1, got ", opt.reps));
+  if (opt.n_batch < 1) throw Error(str_cat("-b must be >= 1, got ", opt.n_batch));
+  check_positive(opt.n_prompt, "-p", true);
+  check_positive(opt.n_gen, "-n", true);
+  check_positive(opt.threads, "-t", false);
+  check_positive(opt.batch, "--batch", false);
+  if (opt.threads.empty()) opt.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
+  const std::string path = resolve_model_path(opt.model);
+
+  const int max_prompt = opt.n_prompt.empty() ? 0 : *std::max_element(opt.n_prompt.begin(), opt.n_prompt.end());
+  const int max_gen = opt.n_gen.empty() ? 0 : *std::max_element(opt.n_gen.begin(), opt.n_gen.end());
+  const int max_seqs = opt.batch.empty() ? 1 : std::max(1, *std::max_element(opt.batch.begin(), opt.batch.end()));
+  const int max_tokens = std::max({opt.n_batch, max_seqs, 1});
+  const int max_context = std::max({max_prompt, max_gen, 1});
+
+  std::vector<Result> results;
+  ModelFacts facts;
+  bool header = false;
+  for (int threads : opt.threads) {
+    Runner runner(path, threads, max_tokens, max_seqs, max_context);
+    if (!header) {
+      facts = model_facts(path, runner.model());
+      if (!opt.json) print_header();
+      header = true;
+    }
+    // Other processes only ever slow the probe down, so the best of a probe before and
+    // one after the tests is the figure (see the tg rows below, which take it after).
+    auto probe = [&] { return opt.no_bandwidth ? 0.0 : plan::measure_read_bandwidth_gbs(threads, size_t{512} << 20, 5); };
+    double bandwidth = probe();
+    const ModelConfig& c = runner.model().config();
+    auto finish = [&](Result r) {
+      if (!opt.json) print_row(facts, r);
+      results.push_back(std::move(r));
+    };
+    for (int n_prompt : opt.n_prompt) {
+      if (n_prompt == 0) continue;
+      Result r;
+      r.test = str_cat("pp", n_prompt);
+      r.n_prompt = n_prompt;
+      r.threads = threads;
+      r.tokens = n_prompt;
+      runner.prompt(n_prompt, opt.n_batch);  // warm-up
+      for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt, opt.n_batch) * 1e9);
+      finish(std::move(r));
+    }
+    std::vector<Result> generated;  // printed after the second bandwidth probe
+    std::vector<int> seq_counts = {1};
+    for (int b : opt.batch)
+      if (b != 1) seq_counts.push_back(b);
+    for (int n_gen : opt.n_gen) {
+      if (n_gen == 0) continue;
+      double kv = 0;
+      for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, p) / n_gen;
+      for (int n_seq : seq_counts) {
+        Result r;
+        r.test = n_seq == 1 ? str_cat("tg", n_gen) : str_cat("tg", n_gen, " x", n_seq);
+        r.n_gen = n_gen;
+        r.n_seq = n_seq;
+        r.threads = threads;
+        r.tokens = static_cast<double>(n_gen) * n_seq;
+        r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
+        runner.generate(std::min(n_gen, 16), n_seq);  // warm-up
+        for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.generate(n_gen, n_seq) * 1e9);
+        generated.push_back(std::move(r));
+      }
+    }
+    if (!generated.empty()) bandwidth = std::max(bandwidth, probe());
+    for (Result& r : generated) {
+      r.bandwidth_gbs = bandwidth;
+      finish(std::move(r));
+    }
+  }
+  if (opt.json) {
+    nlohmann::json all = nlohmann::json::array();
+    for (const Result& r : results) all.push_back(to_json(facts, r, opt.n_batch));
+    std::printf("%s\n", all.dump(2).c_str());
+  }
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app) {
+  auto opt = std::make_shared<BenchOptions>();
+  CLI::App* cmd = app.add_subcommand("bench", "Measure prompt and generation speed (like llama-bench) and the roofline");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or cached model name")->required();
+  cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test (comma-separated; 0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-n,--n-gen", opt->n_gen, "Generation lengths to test (comma-separated; 0: none)")
+      ->delimiter(',')
+      ->capture_default_str();
+  cmd->add_option("-t,--threads", opt->threads, "Thread counts (comma-separated; default: all cores)")->delimiter(',');
+  cmd->add_option("-r,--repetitions", opt->reps, "Timed repetitions of each test")->capture_default_str();
+  cmd->add_option("-b,--batch-size", opt->n_batch, "Most prompt tokens per forward step")->capture_default_str();
+  cmd->add_option("--batch", opt->batch, "Decode with this many sequences per step too (comma-separated)")
+      ->delimiter(',');
+  cmd->add_flag("--json", opt->json, "Print a JSON list of results with llama-bench's field names");
+  cmd->add_flag("--no-bandwidth", opt->no_bandwidth, "Skip the read-bandwidth probe (no roofline figures)");
+  cmd->callback([opt] { bench(*opt); });
+}
+
+}  // namespace ridge::cli

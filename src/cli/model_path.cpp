@@ -1,0 +1,41 @@
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "cli/commands.h"
+#include "core/error.h"
+
+namespace ridge::cli {
+namespace fs = std::filesystem;
+
+static fs::path model_cache_dir() {
+  if (const char* dir = std::getenv("RIDGE_MODEL_CACHE"); dir != nullptr && *dir != '\0')
+    return dir;
+  const char* home = std::getenv("HOME");
+  return fs::path(home != nullptr ? home : ".") / ".cache" / "ridge" / "models";
+}
+
+std::string resolve_model_path(const std::string& model) {
+  std::error_code ec;
+  if (fs::is_regular_file(model, ec)) return model;
+  fs::path cache = model_cache_dir();
+  if (fs::is_regular_file(cache / (model + ".gguf"), ec)) return (cache / (model + ".gguf")).string();
+  // scripts/fetch-models keeps each model in <cache>/<name>/<original file name>.gguf.
+  if (fs::is_directory(cache / model, ec)) {
+    for (const auto& entry : fs::directory_iterator(cache / model, ec))
+      if (entry.path().extension() == ".gguf") return entry.path().string();
+  }
+
+  std::string known;
+  if (fs::is_directory(cache, ec)) {
+    for (const auto& entry : fs::recursive_directory_iterator(cache, ec))
+      if (entry.path().extension() == ".gguf")
+        known += (known.empty() ? "" : ", ") + entry.path().parent_path().filename().string();
+  }
+  throw Error(str_cat("model '", model, "': no such file, and not in the model cache ", cache.string(),
+                      known.empty() ? std::string(" (empty)") : str_cat(" (cached: ", known, ")"),
+                      "; fetch it with: scripts/fetch-models ", model));
+}
+
+}  // namespace ridge::cli

@@ -1,0 +1,153 @@
+// `ridge serve -m MODEL --port 8080`: the OpenAI-compatible HTTP server (src/server) over
+// the continuous-batching engine. Logs go to stderr; Ctrl-C or SIGTERM stops it cleanly
+// (requests in flight end, the engine loop joins).
+#include <CLI/CLI.hpp>
+
+#include <pthread.h>
+#include <signal.h>
+
+#include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+
+#include "cli/commands.h"
+#include "core/error.h"
+#include "engine/engine.h"
+#include "server/http_server.h"
+#include "tokenizer/chat_template.h"
+
+namespace ridge::cli {
+namespace {
+
+struct ServeOptions {
+  std::string model;
+  std::string host = "127.0.0.1";
+  int port = 8080;
+  int32_t parallel = 8;
+  int32_t max_batch_tokens = 256;
+  double kv_budget_mib = 0;
+  int32_t n_ctx = 0;
+  int threads = 0;
+  std::string api_key;
+  int32_t max_queue = 64;
+  size_t max_body_bytes = 8u << 20;
+  int32_t max_prompt_tokens = 0;
+  std::string alias;
+  bool no_prefix_cache = false;
+};
+
+// The name clients use for the model: --alias, else the model argument without its
+// directory and .gguf ("gemma3-270m", "stories260K").
+std::string model_name(const ServeOptions& opt) {
+  if (!opt.alias.empty()) return opt.alias;
+  std::filesystem::path p(opt.model);
+  return p.extension() == ".gguf" ? p.stem().string() : p.filename().string();
+}
+
+void serve(const ServeOptions& opt) {
+  if (opt.parallel < 1) throw Error(str_cat("--parallel must be >= 1, got ", opt.parallel));
+  if (opt.max_batch_tokens < 1) throw Error(str_cat("--max-batch-tokens must be >= 1, got ", opt.max_batch_tokens));
+  if (opt.kv_budget_mib < 0) throw Error("--kv-budget must be positive");
+  if (opt.max_queue < 0) throw Error(str_cat("--max-queue must be >= 0, got ", opt.max_queue));
+  if (opt.port < 0 || opt.port > 65535) throw Error(str_cat("--port must be in 0..65535, got ", opt.port));
+
+  // Signals go to one waiting thread (below), not to whichever thread they hit: block
+  // them before any thread exists, so every thread inherits the mask. A client that
+  // disconnects must not kill the process with SIGPIPE.
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
+  std::string path = resolve_model_path(opt.model);
+  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.max_batch_tokens});
+  Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
+  std::optional<ChatTemplate> chat_template;
+  try {
+    chat_template = detect_chat_template(model->file());
+  } catch (const Error& e) {
+    std::fprintf(stderr, "serve: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
+  }
+
+  EngineOptions engine_options;
+  engine_options.parallel = opt.parallel;
+  engine_options.max_batch_tokens = opt.max_batch_tokens;
+  engine_options.kv_budget_bytes = static_cast<size_t>(opt.kv_budget_mib * 1024 * 1024);
+  engine_options.n_ctx = opt.n_ctx;
+  engine_options.max_queue = opt.max_queue;
+  engine_options.prefix_cache = !opt.no_prefix_cache;
+  Engine engine(*model, tokenizer, engine_options);
+
+  server::ServerOptions server_options;
+  server_options.host = opt.host;
+  server_options.port = opt.port;
+  server_options.model_name = model_name(opt);
+  server_options.api_key = opt.api_key;
+  server_options.max_body_bytes = opt.max_body_bytes;
+  server_options.max_prompt_tokens = opt.max_prompt_tokens;
+  // Every running or queued request holds an HTTP thread while it streams; a few more
+  // keep /health and /metrics answering (and refuse the rest with 429) at full load.
+  server_options.n_http_threads = opt.parallel + opt.max_queue + 8;
+  server::Server server(engine, chat_template, server_options);
+  int port = server.bind();
+
+  engine.start();
+  EngineMetrics m = engine.metrics();
+  std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
+  std::fprintf(stderr, "engine: %d parallel, context %d, %d KV blocks, %d tokens per step, %d threads%s\n",
+               opt.parallel, engine.n_ctx(), m.kv_blocks_total, opt.max_batch_tokens, model->pool().n_threads(),
+               opt.no_prefix_cache ? ", prefix cache off" : "");
+  std::fprintf(stderr, "serve: model '%s'%s; listening on http://%s:%d\n", server_options.model_name.c_str(),
+               opt.api_key.empty() ? "" : " (API key required)", opt.host.c_str(), port);
+  std::fflush(stderr);
+
+  std::atomic<bool> signalled = false;
+  std::thread signal_waiter([&] {
+    int sig = 0;
+    sigwait(&stop_signals, &sig);
+    signalled = true;
+    std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
+    // The engine first: it ends every unfinished request (their clients get an error
+    // event), so the HTTP threads streaming them return and the server can join them.
+    engine.stop();
+    server.stop();
+  });
+  server.run();
+  // run() also returns if listening fails; wake the waiter so it can be joined.
+  if (!signalled) pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  signal_waiter.join();
+  engine.stop();
+  std::fprintf(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+void add_serve_command(CLI::App& app) {
+  auto opt = std::make_shared<ServeOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "OpenAI-compatible HTTP server with a chat page");
+  cmd->add_option("-m,--model", opt->model, "GGUF file or cached model name")->required();
+  cmd->add_option("--host", opt->host, "Address to listen on")->capture_default_str();
+  cmd->add_option("--port", opt->port, "Port (0: any free port, printed at start)")->capture_default_str();
+  cmd->add_option("--parallel", opt->parallel, "Most requests generating at once")->capture_default_str();
+  cmd->add_option("--max-batch-tokens", opt->max_batch_tokens, "Token budget of one engine step")
+      ->capture_default_str();
+  cmd->add_option("--kv-budget", opt->kv_budget_mib, "KV cache memory in MiB (0: enough for --parallel contexts)");
+  cmd->add_option("-c,--ctx-size", opt->n_ctx, "Context per request in tokens (0: model's, capped at 8192)");
+  cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--max-queue", opt->max_queue, "Waiting requests beyond this get 429")->capture_default_str();
+  cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Larger request bodies get 413")->capture_default_str();
+  cmd->add_option("--max-prompt-tokens", opt->max_prompt_tokens, "Longer prompts get 400 (0: context only)")
+      ->capture_default_str();
+  cmd->add_option("--alias", opt->alias, "Model id clients use (default: the model file's name)");
+  cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
+  cmd->callback([opt] { serve(*opt); });
+}
+
+}  // namespace ridge::cli
