@@ -1,6 +1,7 @@
 #include "kernels/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <vector>
 
@@ -14,6 +15,8 @@ namespace {
 // Rows dequantized together, so each token's x row is fetched once per tile instead of
 // once per weight row when n_tokens is large.
 constexpr int64_t kRowTile = 4;
+
+std::atomic<MatmulMode> g_matmul_mode{MatmulMode::kQuantized};
 
 // Below this many activation elements, quantizing on one thread beats waking the pool.
 constexpr int64_t kParallelQuantizeElements = 32768;
@@ -52,9 +55,12 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name) {
   if (w.data == nullptr) throw Error(str_cat(name, ": weight data is null"));
 }
 
+void set_matmul_mode(MatmulMode mode) { g_matmul_mode.store(mode, std::memory_order_relaxed); }
+MatmulMode matmul_mode() { return g_matmul_mode.load(std::memory_order_relaxed); }
+
 size_t matmul_scratch_floats(const WeightMatrix& w) {
-  if (w.dtype == DType::F32 || gemm_kernel(w.dtype, Isa::kScalar) != nullptr) return 0;
-  return static_cast<size_t>(kRowTile * w.n_in);
+  // Rows to dequantize: for types without an integer kernel, and for MatmulMode::kFloat.
+  return w.dtype == DType::F32 ? 0 : static_cast<size_t>(kRowTile * w.n_in);
 }
 
 size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
@@ -81,7 +87,7 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
   const int64_t n_in = w.n_in;
   const int64_t n_out = w.n_out;
 
-  const GemmKernel* kernel = gemm_kernel(w.dtype, isa);
+  const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? nullptr : gemm_kernel(w.dtype, isa);
   if (kernel != nullptr) {
     // Quantize every token row once; all threads then read them.
     const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
@@ -123,8 +129,8 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
     return;
   }
 
-  // F32 weights (float dots, as the f32 references compute them) and types without an
-  // integer kernel (rows dequantized into per-thread scratch).
+  // F32 weights (float dots, as the f32 references compute them), types without an
+  // integer kernel and MatmulMode::kFloat (rows dequantized into per-thread scratch).
   const ToFloatFn to_float = type_traits(w.dtype).to_float;
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end, int thread) {
     float* buffer = scratch.thread_data(thread);

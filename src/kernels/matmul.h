@@ -38,6 +38,15 @@ WeightMatrix weight_matrix(DType dtype, int64_t n_in, int64_t n_out, const void*
 // dequantizer, n_in not a multiple of the block size, rows too short, null data.
 void check_weight_matrix(const WeightMatrix& w, std::string_view name);
 
+// How matmul multiplies non-F32 weights, process-wide. kQuantized (the default): the
+// integer GEMM with 8-bit activations. kFloat: each row dequantized by the trait table's
+// reference and dotted in f32 with the f32 activations, as before activation
+// quantization: several times slower, for comparisons with float references (test
+// tools). Scratch sized by matmul_scratch_floats covers both.
+enum class MatmulMode { kQuantized, kFloat };
+void set_matmul_mode(MatmulMode mode);
+MatmulMode matmul_mode();
+
 // Floats of per-thread scratch matmul(w, ...) needs.
 size_t matmul_scratch_floats(const WeightMatrix& w);
 

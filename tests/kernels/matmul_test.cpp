@@ -171,6 +171,35 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                                            DType::Q3_K),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// The float mode: dequantized rows, f32 activations: as close to the double reference as
+// float accumulation allows, for every type, then back to the quantized default.
+TEST(Matmul, FloatModeMatchesDoubleReference) {
+  for (DType type : {DType::Q8_0, DType::Q5_0, DType::Q4_K, DType::Q6_K, DType::F16}) {
+    const int64_t n_in = odd_width(type), n_out = 23, n_tokens = 5;
+    const QuantizedMatrix m = make_matrix(type, n_in, n_out);
+    const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 8);
+    ThreadPool pool(2);
+    Scratch scratch;
+    reserve(scratch, 2, m.w, n_tokens);
+    std::vector<float> got(n_tokens * n_out), quantized(got.size()), want(got.size());
+    set_matmul_mode(MatmulMode::kFloat);
+    matmul(m.w, x.data(), got.data(), n_tokens, pool, scratch);
+    set_matmul_mode(MatmulMode::kQuantized);
+    matmul(m.w, x.data(), quantized.data(), n_tokens, pool, scratch);
+    matmul_reference(m.w, x.data(), want.data(), n_tokens);
+    double float_err = 0, quantized_err = 0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], 2e-4 + 1e-5 * std::fabs(want[i])) << dtype_name(type) << " output " << i;
+      float_err = std::max(float_err, std::fabs(double(got[i]) - want[i]));
+      quantized_err = std::max(quantized_err, std::fabs(double(quantized[i]) - want[i]));
+    }
+    if (type != DType::F16) {
+      EXPECT_LT(float_err, quantized_err) << dtype_name(type);  // 8-bit activations cost accuracy
+    }
+  }
+  EXPECT_EQ(matmul_mode(), MatmulMode::kQuantized);
+}
+
 TEST(Matmul, PaddedRowStrideIsHonoured) {
   for (DType type : {DType::F32, DType::Q8_0, DType::Q4_K}) {
     const QuantizedMatrix padded = make_matrix(type, 256, 9, /*padding=*/12);
@@ -190,7 +219,7 @@ TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
   std::vector<uint8_t> bytes(4096);
   ThreadPool pool(2);
   Scratch scratch(2, 1);
-  float x[256] = {}, y[4] = {};
+  float x[512] = {}, y[4] = {};
   // Q8_0 rows need a multiple of 32 columns.
   EXPECT_THROW(weight_matrix(DType::Q8_0, 33, 2, bytes.data()), Error);
   // Row stride shorter than a row.
@@ -198,14 +227,16 @@ TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
   // An id that is not a type at all.
   EXPECT_THROW(check_weight_matrix(WeightMatrix{static_cast<DType>(4), 32, 2, bytes.data(), 64}, "w"), Error);
   EXPECT_THROW(check_weight_matrix(WeightMatrix{DType::F32, 8, 2, nullptr, 32}, "w"), Error);
-  // Quantized activations need shared scratch; a dequantizing type needs per-thread rows.
+  // Quantized activations need shared scratch, and every non-F32 type per-thread rows
+  // (for types without an integer kernel, and for MatmulMode::kFloat).
   const WeightMatrix q8 = weight_matrix(DType::Q8_0, 256, 2, bytes.data());
+  scratch.reserve(2, matmul_scratch_floats(q8));
   EXPECT_THROW(matmul(q8, x, y, 1, pool, scratch), Error);
   scratch.reserve_shared(matmul_shared_bytes(q8, 1));
   EXPECT_NO_THROW(matmul(q8, x, y, 1, pool, scratch));
   EXPECT_THROW(matmul(q8, x, y, 2, pool, scratch), Error);  // sized for one token
-  const WeightMatrix q4_1 = weight_matrix(DType::Q4_1, 256, 2, bytes.data());
-  EXPECT_THROW(matmul(q4_1, x, y, 1, pool, scratch), Error);  // needs 4 * 256 floats per thread
+  const WeightMatrix q4_1 = weight_matrix(DType::Q4_1, 512, 2, bytes.data());
+  EXPECT_THROW(matmul(q4_1, x, y, 1, pool, scratch), Error);  // needs 4 * 512 floats per thread
   try {
     check_weight_matrix(WeightMatrix{DType::F32, 8, 2, bytes.data(), 16}, "blk.3.ffn_up.weight");
     FAIL() << "expected an error";
