@@ -1,9 +1,13 @@
 """ridge's forward pass against the independent float64 numpy reference on real models.
 
-For each cached model: logits at several positions (for Gemma 3 also past its 512-token
-sliding window) agree closely (max abs error, top-5 overlap), and the greedy
-continuation of 32 tokens is the same. ridge runs through build/tests/ridge_logits with
-a small prefill chunk so chunked prefill over the paged cache is exercised too.
+For each cached model, at several positions (for Gemma 3 also past its 512-token sliding
+window):
+- the exact path (every matmul in f32 on dequantized weights) agrees with the reference
+  to rounding, and its greedy continuation of 32 tokens is the same;
+- the default fast path (activations quantized to 8-bit blocks, as llama.cpp does) keeps
+  the reference's top-5 and its top-1 wherever the reference's lead is clear.
+ridge runs through build/tests/ridge_logits with a small prefill chunk so chunked
+prefill over the paged cache is exercised too.
 """
 
 from __future__ import annotations
@@ -39,10 +43,10 @@ def tokenize(model: Path, text: str) -> list[int]:
     return [int(t) for t in out.stdout.split()]
 
 
-def ridge_logits(model: Path, tokens, rows, tmp_path, greedy=0, batch=64):
+def ridge_logits(model: Path, tokens, rows, tmp_path, greedy=0, batch=64, exact=True):
     out_file = tmp_path / "logits.f32"
     cmd = [str(TOOL), str(model), "--tokens", ",".join(map(str, tokens)), "--rows", ",".join(map(str, rows)),
-           "--out", str(out_file), "--batch", str(batch)]
+           "--out", str(out_file), "--batch", str(batch), "--exact", "1" if exact else "0"]
     if greedy:
         cmd += ["--greedy", str(greedy)]
     res = subprocess.run(cmd, capture_output=True, text=True, check=True)
@@ -67,17 +71,19 @@ def compare(name, ours, theirs, rows):
 
 WIKI = (FIXTURES / "text" / "wiki.test.raw").read_text(encoding="utf-8")
 
-# (model name, prompt text, rows to compare (negative: from the end), logit tolerance)
+# (model name, prompt text, rows to compare (negative: from the end))
 CASES = [
     # Past Gemma 3's 512-token window, so the sliding-window layers drop early keys.
-    ("gemma3-270m", WIKI[:2600], [0, 100, 511, 512, 600, -1], 0.05),
-    ("qwen2.5-coder-0.5b", WIKI[3000:3800], [0, 50, -1], 0.05),
-    ("qwen2.5-coder-1.5b", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", [0, -1], 0.05),
+    ("gemma3-270m", WIKI[:2600], [0, 100, 511, 512, 600, -1]),
+    ("qwen2.5-coder-0.5b", WIKI[3000:3800], [0, 50, -1]),
+    ("qwen2.5-coder-1.5b", "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", [0, -1]),
 ]
+EXACT_TOLERANCE = 1e-3   # f32 vs float64 on the same weights: observed ~2e-5
+CLEAR_LEAD = 1.5         # a top-1 this far ahead of the runner-up must survive 8-bit activations
 
 
-@pytest.mark.parametrize("name,text,rows,tol", CASES, ids=[c[0] for c in CASES])
-def test_logits_and_greedy_match_reference(name, text, rows, tol, tmp_path):
+@pytest.mark.parametrize("name,text,rows", CASES, ids=[c[0] for c in CASES])
+def test_logits_and_greedy_match_reference(name, text, rows, tmp_path):
     model_path = cached_model(name)
     if model_path is None:
         pytest.skip(f"{name} is not cached (scripts/fetch-models {name})")
@@ -92,8 +98,23 @@ def test_logits_and_greedy_match_reference(name, text, rows, tol, tmp_path):
     cache = model.new_cache()
     theirs = model.forward(tokens, cache, rows=rows)
     err, overlap = compare(name, ours, theirs, rows)
-    assert err < tol, f"{name}: max abs logit error {err:.3g} >= {tol}"
-    assert overlap >= 4, f"{name}: top-5 overlap only {overlap}/5"
+    assert err < EXACT_TOLERANCE, f"{name}: max abs logit error {err:.3g} >= {EXACT_TOLERANCE}"
+    assert overlap == 5, f"{name}: top-5 overlap only {overlap}/5"
+
+    # Position 0 is left out of the fast-path checks: there Qwen2.5's hidden state has a
+    # few huge outliers ("massive activations"), so 8-bit blocks with one scale zero out
+    # the rest of their block (llama.cpp's Q8_K does the same); its logits are printed.
+    fast, _ = ridge_logits(model_path, tokens, rows, tmp_path, exact=False)
+    compare(f"{name} (8-bit activations)", fast[:1], theirs[:1], rows[:1])
+    fast_rows = [i for i, row in enumerate(rows) if row > 0]
+    _, fast_overlap = compare(f"{name} (8-bit activations)", fast[fast_rows], theirs[fast_rows],
+                              [rows[i] for i in fast_rows])
+    assert fast_overlap >= 4, f"{name}: fast path top-5 overlap only {fast_overlap}/5"
+    for i in fast_rows:
+        row = rows[i]
+        top2 = np.sort(theirs[i])[-2:]
+        if top2[1] - top2[0] > CLEAR_LEAD:
+            assert int(np.argmax(fast[i])) == int(np.argmax(theirs[i])), f"{name}: fast path top-1 differs at row {row}"
 
     # Greedy continuation: the reference continues from its own cache (prefill done).
     logits = theirs[rows.index(len(tokens) - 1)]

@@ -2,7 +2,10 @@
 // rows (float32, row-major) to a file, and optionally continues greedily; the Python
 // reference tests compare both with the float64 numpy reference.
 //
-//   ridge_logits MODEL --tokens 2,818,5279 --rows 0,2 --out logits.f32 [--greedy 32] [--batch 64]
+//   ridge_logits MODEL --tokens 2,818,5279 --rows 0,2 --out logits.f32 [--greedy 32] [--batch 64] [--exact 1]
+//
+// --exact 1 runs every matmul on dequantized weights in f32 (MatmulMode::kFloat) instead
+// of the default 8-bit activation kernels, for comparisons that should agree to rounding.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/matmul.h"
 #include "model/model.h"
 
 namespace {
@@ -34,6 +38,7 @@ int run(int argc, char** argv) {
   std::string model_path = argv[1], rows_arg = "last", out_path;
   std::vector<int32_t> tokens;
   int greedy = 0, batch = 512, threads = 0;
+  bool exact = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string flag = argv[i], value = argv[i + 1];
     if (flag == "--tokens") tokens = parse_list(value);
@@ -42,6 +47,7 @@ int run(int argc, char** argv) {
     else if (flag == "--greedy") greedy = std::atoi(value.c_str());
     else if (flag == "--batch") batch = std::atoi(value.c_str());
     else if (flag == "--threads") threads = std::atoi(value.c_str());
+    else if (flag == "--exact") exact = value == "1";
     else throw ridge::Error("unknown flag " + flag);
   }
   if (tokens.empty()) throw ridge::Error("--tokens is empty");
@@ -55,6 +61,7 @@ int run(int argc, char** argv) {
     rows = parse_list(rows_arg);
   }
 
+  if (exact) ridge::kernels::set_matmul_mode(ridge::kernels::MatmulMode::kFloat);
   auto model = ridge::Model::load(model_path, {.n_threads = threads, .max_batch_tokens = batch});
   const int32_t n_vocab = model->config().n_vocab;
   ridge::KvCache cache(model->kv_cache_config(size_t{1} << 30, 1, n + greedy + 16));
