@@ -40,12 +40,14 @@ struct BenchOptions {
   int n_batch = 512;
   bool json = false;
   bool no_bandwidth = false;
+  bool no_kv_cache = false;  // tg recomputes every position each step (the cache's worth)
 };
 
 struct Result {
   std::string test;         // "pp512", "tg128", "tg128 x8"
   int n_prompt = 0, n_gen = 0, n_seq = 1, threads = 0;
   std::vector<double> samples_ns;
+  std::vector<double> step_ns;  // tg: median latency of each decode step, by position
   double tokens = 0;        // tokens per sample
   double bytes_per_token = 0, bandwidth_gbs = 0;  // tg only
 
@@ -168,11 +170,19 @@ class Runner {
     return seconds_since(start);
   }
 
-  // Seconds for n_gen decode steps of n_seq sequences (one token each per step).
-  double generate(int n_gen, int n_seq) {
+  // Seconds for n_gen decode steps of n_seq sequences (one token each per step); each
+  // step's seconds go to step_seconds when given. Without the cache (use_cache false),
+  // step i recomputes positions 0..i from scratch, as a model with no KV cache must.
+  double generate(int n_gen, int n_seq, bool use_cache = true, std::vector<double>* step_seconds = nullptr) {
     reset(n_seq);
     const auto start = std::chrono::steady_clock::now();
     for (int step = 0; step < n_gen; ++step) {
+      const auto step_start = std::chrono::steady_clock::now();
+      if (!use_cache) {
+        prompt(step + 1, model_->max_batch_tokens());
+        if (step_seconds != nullptr) step_seconds->push_back(seconds_since(step_start));
+        continue;
+      }
       batch_.clear();
       for (int32_t s = 0; s < n_seq; ++s) {
         if (!cache_->reserve(s, 1)) throw Error("bench: the KV cache is too small for the batch");
@@ -180,6 +190,7 @@ class Runner {
                             LogitRows::kLast);
       }
       model_->forward(batch_, *cache_, logits_.data());
+      if (step_seconds != nullptr) step_seconds->push_back(seconds_since(step_start));
     }
     return seconds_since(start);
   }
@@ -256,6 +267,7 @@ nlohmann::json to_json(const ModelFacts& m, const Result& r, int n_batch) {
                       {"samples_ns", ns},
                       {"avg_ns", static_cast<int64_t>(mean_ns)},
                       {"stddev_ns", static_cast<int64_t>(sd_ns)}};
+  if (!r.step_ns.empty()) j["step_ns"] = r.step_ns;
   if (r.bytes_per_token > 0) {
     j["bytes_per_token"] = r.bytes_per_token;
     j["bandwidth_gbs"] = r.bandwidth_gbs;
@@ -276,6 +288,7 @@ void bench(BenchOptions opt) {
   check_positive(opt.n_gen, "-n", true);
   check_positive(opt.threads, "-t", false);
   check_positive(opt.batch, "--batch", false);
+  if (opt.no_kv_cache && !opt.batch.empty()) throw Error("--no-kv-cache measures one sequence; drop --batch");
   if (opt.threads.empty()) opt.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
   const std::string path = resolve_model_path(opt.model);
 
@@ -326,13 +339,24 @@ void bench(BenchOptions opt) {
       for (int n_seq : seq_counts) {
         Result r;
         r.test = n_seq == 1 ? str_cat("tg", n_gen) : str_cat("tg", n_gen, " x", n_seq);
+        if (opt.no_kv_cache) r.test += " nocache";
         r.n_gen = n_gen;
         r.n_seq = n_seq;
         r.threads = threads;
         r.tokens = static_cast<double>(n_gen) * n_seq;
-        r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
-        runner.generate(std::min(n_gen, 16), n_seq);  // warm-up
-        for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.generate(n_gen, n_seq) * 1e9);
+        // Without the cache a step reads the weights once but computes every position:
+        // it is no longer a bytes-per-token problem, so no roofline figure.
+        if (!opt.no_kv_cache) r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
+        runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache);  // warm-up
+        std::vector<std::vector<double>> steps(opt.reps);
+        for (int i = 0; i < opt.reps; ++i)
+          r.samples_ns.push_back(runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i]) * 1e9);
+        for (int p = 0; p < n_gen; ++p) {
+          std::vector<double> at(opt.reps);
+          for (int i = 0; i < opt.reps; ++i) at[i] = steps[i][p] * 1e9;
+          std::nth_element(at.begin(), at.begin() + at.size() / 2, at.end());
+          r.step_ns.push_back(at[at.size() / 2]);
+        }
         generated.push_back(std::move(r));
       }
     }
@@ -368,6 +392,9 @@ void add_bench_command(CLI::App& app) {
       ->delimiter(',');
   cmd->add_flag("--json", opt->json, "Print a JSON list of results with llama-bench's field names");
   cmd->add_flag("--no-bandwidth", opt->no_bandwidth, "Skip the read-bandwidth probe (no roofline figures)");
+  cmd->add_flag("--no-kv-cache", opt->no_kv_cache,
+                "Generation recomputes every position each step, as without a KV cache (JSON step_ns shows "
+                "per-position latency)");
   cmd->callback([opt] { bench(*opt); });
 }
 

@@ -162,3 +162,16 @@ def test_run_rejects_models_whose_tensors_do_not_match(tmp_path):
     wrong = tmp_path / "wrong.gguf"
     write_modified_model(wrong, reshape="blk.0.attn_q.weight")
     expect_error("run", "-m", wrong, "-p", "Once", phrase="blk.0.attn_q.weight' has shape")
+
+
+# --- bench -----------------------------------------------------------------------------
+
+def test_bench_json_reports_each_step_with_and_without_cache():
+    for extra, name in (([], "tg12"), (["--no-kv-cache"], "tg12 nocache")):
+        out = json.loads(ridge("bench", "-m", STORIES, "-p", "0", "-n", "12", "-r", "2", "-t", "1", "--json",
+                               "--no-bandwidth", *extra).stdout)
+        assert len(out) == 1 and out[0]["test"] == name and out[0]["n_gen"] == 12
+        assert len(out[0]["step_ns"]) == 12 and all(ns > 0 for ns in out[0]["step_ns"])
+        assert len(out[0]["samples_ns"]) == 2 and out[0]["avg_ts"] > 0
+        assert ("bytes_per_token" in out[0]) == (not extra), "no roofline figure without the cache"
+    expect_error("bench", "-m", STORIES, "--no-kv-cache", "--batch", "4", phrase="drop --batch")
