@@ -137,9 +137,9 @@ class Runner {
   Runner(const std::string& path, int threads, int max_tokens, int max_seqs, int max_context)
       : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = max_tokens})) {
     const ModelConfig& c = model_->config();
-    const size_t per_token = 2 * static_cast<size_t>(c.n_layer) * c.n_kv_head * c.d_head * sizeof(float);
-    const size_t budget = per_token * (static_cast<size_t>(max_context) + max_tokens + 64) * max_seqs;
-    cache_ = std::make_unique<KvCache>(model_->kv_cache_config(budget, max_seqs, max_context + 16));
+    KvCacheConfig kv = model_->kv_cache_config(0, max_seqs, max_context + 16);
+    kv.budget_bytes = kv_bytes_per_token(kv) * (static_cast<size_t>(max_context) + max_tokens + 64) * max_seqs;
+    cache_ = std::make_unique<KvCache>(kv);
     logits_.resize(static_cast<size_t>(std::max(max_seqs, 1)) * c.n_vocab);
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, c.n_vocab - 1);

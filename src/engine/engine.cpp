@@ -187,10 +187,7 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
   KvCacheConfig kv = model.kv_cache_config(0, o.parallel, n_ctx);
   kv.max_step_tokens = o.max_batch_tokens;
   kv.prefix_cache = o.prefix_cache;
-  size_t bytes_per_token = 0;
-  for (const KvLayerSpec& l : kv.layers) {
-    bytes_per_token += 2 * sizeof(float) * static_cast<size_t>(l.n_kv_head) * static_cast<size_t>(l.d_head);
-  }
+  const size_t bytes_per_token = kv_bytes_per_token(kv);
   kv.budget_bytes = o.kv_budget_bytes > 0
                         ? o.kv_budget_bytes
                         : std::min(kDefaultBudgetCap, bytes_per_token * static_cast<size_t>(o.parallel) *

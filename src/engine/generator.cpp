@@ -52,8 +52,7 @@ Generator::Generator(Model& model, const Tokenizer& tokenizer, const GeneratorOp
   KvCacheConfig kv = model.kv_cache_config(0, 1, n_ctx_);
   // Default budget: room for the whole context (windowed layers need less; the cache
   // sizes them from their window).
-  size_t per_token = 0;
-  for (const KvLayerSpec& l : kv.layers) per_token += 2 * sizeof(float) * l.n_kv_head * l.d_head;
+  const size_t per_token = kv_bytes_per_token(kv);
   kv.budget_bytes = options.kv_budget_bytes > 0 ? options.kv_budget_bytes
                                                 : per_token * (static_cast<size_t>(n_ctx_) + kv.block_size);
   cache_ = std::make_unique<KvCache>(kv);

@@ -70,6 +70,14 @@ void validate(const KvCacheConfig& c) {
 
 }  // namespace
 
+size_t kv_bytes_per_token(const KvCacheConfig& config) {
+  const size_t element_bytes = type_traits(config.dtype).type_size;
+  size_t bytes = 0;
+  for (const KvLayerSpec& l : config.layers)
+    bytes += 2 * static_cast<size_t>(l.n_kv_head) * static_cast<size_t>(l.d_head) * element_bytes;
+  return bytes;
+}
+
 std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
                                            int32_t window) {
   return std::vector<KvLayerSpec>(static_cast<size_t>(std::max(n_layer, 0)),

@@ -96,6 +96,10 @@ struct KvCacheConfig {
   bool prefix_cache = false;        // index full blocks for reuse (see "Prefix caching")
 };
 
+// K and V bytes one token costs in every layer of this configuration (what
+// KvCache::bytes_per_token() will report), for sizing a budget before building the cache.
+size_t kv_bytes_per_token(const KvCacheConfig& config);
+
 // Blocks one sequence can have live in a group with this window when each step adds at
 // most step_tokens tokens and recycle_window runs after every commit: the keys of a step
 // span window + step_tokens - 1 positions, which touch at most
