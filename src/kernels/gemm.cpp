@@ -289,8 +289,9 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
   static const GemmKernel avx2[] = {
       {ActFormat::kQ8_0, kQK8_0, vnni ? gemm_q8_0_avxvnni : gemm_q8_0_avx2},
       {ActFormat::kQ8_0, kQK4_0, vnni ? gemm_q4_0_avxvnni : gemm_q4_0_avx2},
-      {ActFormat::kQ8_0, kQK5_0, vnni ? gemm_q5_0_avxvnni : gemm_q5_0_avx2}, {ActFormat::kQ8_K, kQK_K, gemm_q4_k_avx2},
-      {ActFormat::kQ8_K, kQK_K, gemm_q5_k_avx2},  {ActFormat::kQ8_K, kQK_K, gemm_q6_k_avx2},
+      {ActFormat::kQ8_0, kQK5_0, vnni ? gemm_q5_0_avxvnni : gemm_q5_0_avx2}, {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q4_k_avxvnni : gemm_q4_k_avx2},
+      {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q5_k_avxvnni : gemm_q5_k_avx2},
+      {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q6_k_avxvnni : gemm_q6_k_avx2},
       {ActFormat::kF32, 1, gemm_f16_avx2},        {ActFormat::kF32, 1, gemm_bf16_avx2},
   };
   int index;

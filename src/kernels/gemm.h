@@ -95,11 +95,15 @@ void gemm_q6_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_f16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_bf16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
-// AVX-VNNI builds of the Q8_0-family tiles (gemm_avxvnni.cpp), bit-identical to the AVX2
-// ones; the kAvx2 table uses them when cpu_has_avx_vnni().
+// AVX-VNNI builds of the Q8_0-family tiles (gemm_avxvnni.cpp) and of the K-quant tiles
+// (gemm_avx2.cpp: vpdpwssd for madd + add), bit-identical to the AVX2 ones; the kAvx2
+// table uses them when cpu_has_avx_vnni().
 bool cpu_has_avx_vnni();
 void gemm_q8_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q6_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 }  // namespace ridge::kernels

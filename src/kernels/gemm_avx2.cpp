@@ -8,7 +8,8 @@
 // pair's result is defined by one fixed sequence of float operations whatever the tile
 // shape, so an output does not depend on the batch it was computed in. The Q8_0-family
 // tiles and the tile driver live in gemm_q8_tiles.h (shared with gemm_avxvnni.cpp); the
-// K-quant and 16-bit float tiles are here.
+// K-quant and 16-bit float tiles are here; the K-quant ones also build with AVX-VNNI
+// (vpdpwssd fuses the scale madd and the add, and frees registers for 8 tokens a tile).
 //
 // The pragma lets this file build without -mavx2; matmul reaches it only after
 // best_isa() has checked the CPU.
@@ -52,9 +53,23 @@ inline void unpack_k4_scales(const uint8_t* packed, __m256i* scales, __m256i* mi
   *mins_twice = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
 }
 
-template <bool kFifthBit>
+// sum + madd(p, s): one group's int16 pair products times its scale, added into the
+// int32 lanes. AVX2 needs madd + add; AVX-VNNI's vpdpwssd does both in one instruction
+// with the same integers (both wrap mod 2^32), so the bits do not change.
+struct ScaleAddAvx2 {
+  static constexpr int kTokens = 4;
+  static __m256i add(__m256i sum, __m256i p, __m256i s) { return _mm256_add_epi32(sum, _mm256_madd_epi16(p, s)); }
+};
+struct ScaleAddVnni {
+  static constexpr int kTokens = 8;  // sumi[8] + 4 weight/scale vectors stay in registers
+  __attribute__((target("avx2,fma,f16c,avxvnni"))) static __m256i add(__m256i sum, __m256i p, __m256i s) {
+    return _mm256_dpwssd_avx_epi32(sum, p, s);
+  }
+};
+
+template <bool kFifthBit, class ScaleAdd = ScaleAddAvx2>
 struct TileQ45K {
-  static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 1;
+  static constexpr int kRows = 1, kTokens = ScaleAdd::kTokens, kDecodeRows = 1;
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
 
   template <int R, int T>
@@ -88,9 +103,8 @@ struct TileQ45K {
         const __m256i s_lo = broadcast_word(scales, 2 * j);
         const __m256i s_hi = broadcast_word(scales, 2 * j + 1);
         for (int t = 0; t < T; ++t) {
-          const __m256i p_lo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, load256(y[t][b].qs + 64 * j)), s_lo);
-          const __m256i p_hi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, load256(y[t][b].qs + 64 * j + 32)), s_hi);
-          sumi[t] = _mm256_add_epi32(sumi[t], _mm256_add_epi32(p_lo, p_hi));
+          sumi[t] = ScaleAdd::add(sumi[t], _mm256_maddubs_epi16(lo, load256(y[t][b].qs + 64 * j)), s_lo);
+          sumi[t] = ScaleAdd::add(sumi[t], _mm256_maddubs_epi16(hi, load256(y[t][b].qs + 64 * j + 32)), s_hi);
         }
       }
       const float d = f16(reinterpret_cast<const uint8_t*>(&blk.d));
@@ -105,8 +119,9 @@ struct TileQ45K {
   }
 };
 
+template <class ScaleAdd = ScaleAddAvx2>
 struct TileQ6K {
-  static constexpr int kRows = 1, kTokens = 4, kDecodeRows = 1;
+  static constexpr int kRows = 1, kTokens = ScaleAdd::kTokens, kDecodeRows = 1;
 
   template <int R, int T>
   static void run(const GemmArgs& a, int64_t r0, int64_t t0) {
@@ -139,8 +154,7 @@ struct TileQ6K {
           const __m256i q = _mm256_or_si256(low, high);
           const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c)), pair);
           for (int t = 0; t < T; ++t)
-            sumi[t] = _mm256_add_epi32(sumi[t],
-                                       _mm256_madd_epi16(_mm256_maddubs_epi16(q, load256(y[t][b].qs + 32 * c)), s));
+            sumi[t] = ScaleAdd::add(sumi[t], _mm256_maddubs_epi16(q, load256(y[t][b].qs + 32 * c)), s);
         }
       }
       const float d = f16(reinterpret_cast<const uint8_t*>(&blk.d));
@@ -262,7 +276,21 @@ void gemm_q4_k_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 void gemm_q5_k_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   gemm_blocked<TileQ45K<true>>(a, n_rows, n_tokens);
 }
-void gemm_q6_k_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm_blocked<TileQ6K>(a, n_rows, n_tokens); }
+void gemm_q6_k_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm_blocked<TileQ6K<>>(a, n_rows, n_tokens); }
+
+// The K-quant tiles with vpdpwssd. flatten inlines the whole driver and tiles into these
+// AVX-VNNI functions, so the (AVX2-declared) helpers compile with VNNI enabled.
+#define RIDGE_VNNI_ENTRY __attribute__((target("avx2,fma,f16c,avxvnni"), flatten))
+RIDGE_VNNI_ENTRY void gemm_q4_k_avxvnni(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileQ45K<false, ScaleAddVnni>>(a, n_rows, n_tokens);
+}
+RIDGE_VNNI_ENTRY void gemm_q5_k_avxvnni(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileQ45K<true, ScaleAddVnni>>(a, n_rows, n_tokens);
+}
+RIDGE_VNNI_ENTRY void gemm_q6_k_avxvnni(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileQ6K<ScaleAddVnni>>(a, n_rows, n_tokens);
+}
+#undef RIDGE_VNNI_ENTRY
 void gemm_f16_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   gemm_blocked<TileHalf<LoadF16>>(a, n_rows, n_tokens);
 }

@@ -188,6 +188,51 @@ TEST_P(GemmByType, Avx2TilesMatchScalarOnRandomBlocks) {
   }
 }
 
+// The AVX-VNNI K-quant tiles (vpdpwssd in place of madd + add) must give the AVX2 tiles
+// bits exactly, decode and batches, on random blocks and on the largest magnitudes.
+TEST(GemmKQuant, AvxVnniTilesEqualAvx2TilesExactly) {
+  if (best_isa() != Isa::kAvx2 || !cpu_has_avx_vnni()) GTEST_SKIP() << "no AVX-VNNI on this CPU";
+  struct Pair {
+    DType type;
+    GemmFn avx2, vnni;
+  };
+  const Pair pairs[] = {{DType::Q4_K, gemm_q4_k_avx2, gemm_q4_k_avxvnni},
+                        {DType::Q5_K, gemm_q5_k_avx2, gemm_q5_k_avxvnni},
+                        {DType::Q6_K, gemm_q6_k_avx2, gemm_q6_k_avxvnni}};
+  for (const Pair& p : pairs) {
+    const int64_t n = width_for(p.type), n_rows = 5;
+    for (bool extreme : {false, true}) {
+      for (int64_t n_tokens : {1, 6, 9}) {
+        auto w = random_weight_bytes(p.type, n, n_rows, static_cast<uint32_t>(500 + n_tokens));
+        if (extreme) {
+          for (auto& byte : w) byte |= 0xee;  // mostly high nibbles, high bits and big scales
+          for (int64_t b = 0; b < n_rows * n / kQK_K; ++b) {  // finite f16 scales again
+            uint8_t* blk = w.data() + b * type_traits(p.type).type_size;
+            const uint16_t d = fp32_to_fp16(0.01f);
+            std::memcpy(blk + (p.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
+            if (p.type != DType::Q6_K) std::memcpy(blk + 2, &d, 2);  // dmin
+          }
+        }
+        const size_t stride = act_row_bytes(ActFormat::kQ8_K, n);
+        auto x = random_floats(static_cast<size_t>(n * n_tokens), 7 + static_cast<uint32_t>(n_tokens), 4.0f);
+        if (extreme)
+          for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;
+        std::vector<uint8_t> act(stride * n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          quantize_activations(ActFormat::kQ8_K, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
+        std::vector<float> got(n_rows * n_tokens, -7.0f), want(n_rows * n_tokens, -5.0f);
+        GemmArgs args{n, w.data(), row_size(p.type, n), act.data(), stride, want.data(), n_rows};
+        p.avx2(args, n_rows, n_tokens);
+        args.y = got.data();
+        p.vnni(args, n_rows, n_tokens);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << dtype_name(p.type) << " tokens " << n_tokens << " extreme " << extreme << " at "
+                                     << i;
+      }
+    }
+  }
+}
+
 // The largest magnitudes the formats allow: maddubs must not saturate.
 TEST_P(GemmByType, ExtremeValuesDoNotSaturate) {
   const TypeCase c = GetParam();
