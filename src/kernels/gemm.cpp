@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/fp16.h"
@@ -187,30 +188,11 @@ float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
 }
 
 // Q4_K/Q5_K: sum_g scale_g * sum(q * y) in integers; the mins through the 16-sums.
-float vec_dot_q4_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
-  const auto* blocks = reinterpret_cast<const BlockQ4_K*>(w);
-  const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
-  float sum = 0;
-  for (int64_t b = 0; b < n / kQK_K; ++b) {
-    int scales[8], mins[8];
-    scales_mins_k4(blocks[b].scales, scales, mins);
-    int sumi = 0, summ = 0;
-    for (int g = 0; g < 8; ++g) {
-      const uint8_t* qs = blocks[b].qs + 32 * (g / 2);
-      const int shift = 4 * (g % 2);
-      int group = 0;
-      for (int l = 0; l < 32; ++l) group += ((qs[l] >> shift) & 0xf) * a[b].qs[32 * g + l];
-      sumi += scales[g] * group;
-      summ += mins[g] * (a[b].bsums[2 * g] + a[b].bsums[2 * g + 1]);
-    }
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(blocks[b].d) * a[b].d);
-    sum -= static_cast<float>(summ) * (fp16_to_fp32(blocks[b].dmin) * a[b].d);
-  }
-  return sum;
-}
-
-float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
-  const auto* blocks = reinterpret_cast<const BlockQ5_K*>(w);
+// Q5_K adds a fifth bit per weight from qh; otherwise the two formats are the same.
+template <class Block>
+float vec_dot_k4_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_K>;
+  const auto* blocks = reinterpret_cast<const Block*>(w);
   const auto* a = reinterpret_cast<const BlockQ8_K*>(act);
   float sum = 0;
   for (int64_t b = 0; b < n / kQK_K; ++b) {
@@ -222,7 +204,8 @@ float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
       const int shift = 4 * (g % 2);
       int group = 0;
       for (int l = 0; l < 32; ++l) {
-        const int q = ((qs[l] >> shift) & 0xf) | (((blocks[b].qh[l] >> g) & 1) << 4);
+        int q = (qs[l] >> shift) & 0xf;
+        if constexpr (kHighBit) q |= ((blocks[b].qh[l] >> g) & 1) << 4;
         group += q * a[b].qs[32 * g + l];
       }
       sumi += scales[g] * group;
@@ -232,6 +215,14 @@ float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
     sum -= static_cast<float>(summ) * (fp16_to_fp32(blocks[b].dmin) * a[b].d);
   }
   return sum;
+}
+
+float vec_dot_q4_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  return vec_dot_k4_scalar<BlockQ4_K>(n, w, act);
+}
+
+float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  return vec_dot_k4_scalar<BlockQ5_K>(n, w, act);
 }
 
 // Q6_K: sum_g scale_g * sum((q - 32) * y), the -32 through the 16-sums.
