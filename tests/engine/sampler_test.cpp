@@ -1,4 +1,5 @@
 #include "engine/sampler.h"
+#include "plan/stats.h"
 
 #include <gtest/gtest.h>
 
@@ -32,33 +33,8 @@ namespace {
 
 // Regularized upper incomplete gamma Q(a, x): the chi-square survival function is
 // Q(df / 2, chi2 / 2). Series for x < a + 1, continued fraction (modified Lentz) beyond.
-double upper_gamma_q(double a, double x) {
-  if (x <= 0.0) return 1.0;
-  const double log_prefix = a * std::log(x) - x - std::lgamma(a);
-  if (x < a + 1.0) {
-    double term = 1.0 / a, sum = term;
-    for (int n = 1; n < 10000 && std::fabs(term) > std::fabs(sum) * 1e-15; ++n) {
-      term *= x / (a + n);
-      sum += term;
-    }
-    return 1.0 - sum * std::exp(log_prefix);
-  }
-  const double tiny = 1e-300;
-  double b = x + 1.0 - a, c = 1.0 / tiny, d = 1.0 / b, h = d;
-  for (int i = 1; i < 10000; ++i) {
-    const double an = -i * (i - a);
-    b += 2.0;
-    d = an * d + b;
-    if (std::fabs(d) < tiny) d = tiny;
-    c = b + an / c;
-    if (std::fabs(c) < tiny) c = tiny;
-    d = 1.0 / d;
-    const double delta = d * c;
-    h *= delta;
-    if (std::fabs(delta - 1.0) < 1e-15) break;
-  }
-  return std::exp(log_prefix) * h;
-}
+// The chi-square survival function the simulator uses (plan/stats.h): one implementation.
+double upper_gamma_q(double a, double x) { return plan::upper_incomplete_gamma_q(a, x); }
 
 TEST(ChiSquare, SurvivalFunctionMatchesKnownValues) {
   // Critical values from the chi-square table: P(X > x) for df degrees of freedom.
