@@ -146,7 +146,7 @@ float vec_dot_q8_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
   for (int64_t b = 0; b < n / kQK8_0; ++b) {
     int sumi = 0;
     for (int l = 0; l < kQK8_0; ++l) sumi += blocks[b].qs[l] * a.q[b * kQK8_0 + l];
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(blocks[b].d) * a.d[b]);
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(blocks[b].d) * a.d[b], sum);
   }
   return sum;
 }
@@ -162,7 +162,7 @@ float vec_dot_q4_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
       sumi += ((blocks[b].qs[l] & 0xf) - 8) * y[l];
       sumi += ((blocks[b].qs[l] >> 4) - 8) * y[l + 16];
     }
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(blocks[b].d) * a.d[b]);
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(blocks[b].d) * a.d[b], sum);
   }
   return sum;
 }
@@ -182,7 +182,7 @@ float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
       const int hi = (block.qs[l] >> 4) | (((qh >> (l + 16)) & 1) << 4);
       sumi += (lo - 16) * y[l] + (hi - 16) * y[l + 16];
     }
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(block.d) * a.d[b]);
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(block.d) * a.d[b], sum);
   }
   return sum;
 }
@@ -211,8 +211,8 @@ float vec_dot_k4_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
       sumi += scales[g] * group;
       summ += mins[g] * (a[b].bsums[2 * g] + a[b].bsums[2 * g + 1]);
     }
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(blocks[b].d) * a[b].d);
-    sum -= static_cast<float>(summ) * (fp16_to_fp32(blocks[b].dmin) * a[b].d);
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(blocks[b].d) * a[b].d, sum);
+    sum = std::fma(-static_cast<float>(summ), fp16_to_fp32(blocks[b].dmin) * a[b].d, sum);
   }
   return sum;
 }
@@ -244,7 +244,7 @@ float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
       }
       sumi += block.scales[g] * (group - 32 * a[b].bsums[g]);
     }
-    sum += static_cast<float>(sumi) * (fp16_to_fp32(block.d) * a[b].d);
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(block.d) * a[b].d, sum);
   }
   return sum;
 }
@@ -277,6 +277,12 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
       {ActFormat::kF32, 1, gemm_scalar<vec_dot_bf16_scalar>},
   };
   static const bool vnni = cpu_has_avx_vnni();
+  static const GemmKernel avx512[] = {
+      {ActFormat::kQ8_0, kQK8_0, gemm_q8_0_avx512}, {ActFormat::kQ8_0, kQK4_0, gemm_q4_0_avx512},
+      {ActFormat::kQ8_0, kQK5_0, gemm_q5_0_avx512}, {ActFormat::kQ8_K, kQK_K, gemm_q4_k_avx512},
+      {ActFormat::kQ8_K, kQK_K, gemm_q5_k_avx512},  {ActFormat::kQ8_K, kQK_K, gemm_q6_k_avx512},
+      {ActFormat::kF32, 1, gemm_f16_avx2},           {ActFormat::kF32, 1, gemm_bf16_avx2},
+  };
   static const GemmKernel avx2[] = {
       {ActFormat::kQ8_0, kQK8_0, vnni ? gemm_q8_0_avxvnni : gemm_q8_0_avx2},
       {ActFormat::kQ8_0, kQK4_0, vnni ? gemm_q4_0_avxvnni : gemm_q4_0_avx2},
@@ -297,7 +303,8 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
     case DType::BF16: index = 7; break;
     default: return nullptr;
   }
-  return isa == Isa::kAvx2 ? &avx2[index] : &scalar[index];
+  if (isa == Isa::kScalar) return &scalar[index];
+  return cpu_has_avx512_vnni() ? &avx512[index] : &avx2[index];
 }
 
 }  // namespace ridge::kernels

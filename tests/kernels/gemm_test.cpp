@@ -233,6 +233,122 @@ TEST(GemmKQuant, AvxVnniTilesEqualAvx2TilesExactly) {
   }
 }
 
+// Runs one GEMM kernel over n_rows x n_tokens (ldy wider than the tile) with the
+// transposed Q8_0 tables when the batch path wants them.
+std::vector<float> run_gemm(GemmFn fn, ActFormat act_format, const std::vector<uint8_t>& w, size_t w_stride,
+                            const std::vector<uint8_t>& act, size_t stride, int64_t n, int64_t n_rows,
+                            int64_t n_tokens, int64_t ldy) {
+  std::vector<float> y(static_cast<size_t>(ldy * n_tokens), -7.0f);
+  GemmArgs args{n, w.data(), w_stride, act.data(), stride, y.data(), ldy};
+  std::vector<float> scales_t;
+  if (act_format == ActFormat::kQ8_0 && n_tokens > 1) {
+    scales_t.resize(2 * q8_0_scales_t_floats(n, n_tokens));
+    transpose_q8_0_scales(act.data(), stride, n, n_tokens, scales_t.data());
+    args.scales_t = scales_t.data();
+    args.sums_t = reinterpret_cast<const int32_t*>(scales_t.data() + q8_0_scales_t_floats(n, n_tokens));
+    args.scales_t_stride = q8_0_scales_t_stride(n_tokens);
+  }
+  fn(args, n_rows, n_tokens);
+  return y;
+}
+
+// The AVX-512 VNNI kernels (row-major tiles below 12 tokens, packed 16-row panels from
+// 12) compute the scalar reference's exact sequence: equal bits, for row counts that do
+// not fill a tile or panel, token counts on both sides of the panel threshold, random
+// blocks and the largest magnitudes.
+TEST(GemmAvx512, EqualsScalarReferenceBitForBit) {
+  if (best_isa() != Isa::kAvx2 || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
+  struct Case {
+    DType type;
+    GemmFn fn;
+  };
+  const Case cases[] = {{DType::Q8_0, gemm_q8_0_avx512}, {DType::Q4_0, gemm_q4_0_avx512},
+                        {DType::Q5_0, gemm_q5_0_avx512}, {DType::Q4_K, gemm_q4_k_avx512},
+                        {DType::Q5_K, gemm_q5_k_avx512}, {DType::Q6_K, gemm_q6_k_avx512}};
+  for (const Case& c : cases) {
+    const int64_t n = width_for(c.type);
+    const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
+    const size_t stride = act_row_bytes(slow->act, n);
+    for (bool extreme : {false, true}) {
+      for (int64_t n_rows : {1, 7, 16, 23}) {
+        for (int64_t n_tokens : {1, 3, 5, 11, 12, 13, 18}) {
+          auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
+          if (extreme) {
+            const TypeTraits& traits = type_traits(c.type);
+            for (auto& byte : w) byte |= c.type == DType::Q8_0 ? 0x80 : 0xee;
+            for (int64_t b = 0; b < n_rows * n / traits.block_size; ++b) {  // finite scales again
+              uint8_t* blk = w.data() + b * traits.type_size;
+              const uint16_t d = fp32_to_fp16(0.01f);
+              std::memcpy(blk + (c.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
+              if (c.type == DType::Q4_K || c.type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
+            }
+          }
+          auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
+          if (extreme)
+            for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
+          std::vector<uint8_t> act(stride * n_tokens);
+          for (int64_t t = 0; t < n_tokens; ++t)
+            quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
+          const int64_t ldy = n_rows + 3;
+          const auto want = run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+          const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+          for (size_t i = 0; i < got.size(); ++i)
+            ASSERT_EQ(got[i], want[i]) << dtype_name(c.type) << " rows " << n_rows << " tokens " << n_tokens
+                                       << " extreme " << extreme << " at " << i;
+        }
+      }
+    }
+  }
+}
+
+// The AVX2 and AVX-VNNI (256-bit) kernels, which other CPUs run: within float
+// reordering of the scalar reference.
+TEST(GemmAvx2, Avx2AndAvxVnniKernelsMatchScalar) {
+  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  struct Case {
+    DType type;
+    GemmFn fn;
+    bool needs_vnni;
+  };
+  const Case cases[] = {
+      {DType::Q8_0, gemm_q8_0_avx2, false},    {DType::Q4_0, gemm_q4_0_avx2, false},
+      {DType::Q5_0, gemm_q5_0_avx2, false},    {DType::Q4_K, gemm_q4_k_avx2, false},
+      {DType::Q5_K, gemm_q5_k_avx2, false},    {DType::Q6_K, gemm_q6_k_avx2, false},
+      {DType::Q8_0, gemm_q8_0_avxvnni, true},  {DType::Q4_0, gemm_q4_0_avxvnni, true},
+      {DType::Q5_0, gemm_q5_0_avxvnni, true},  {DType::Q4_K, gemm_q4_k_avxvnni, true},
+      {DType::Q5_K, gemm_q5_k_avxvnni, true},  {DType::Q6_K, gemm_q6_k_avxvnni, true},
+  };
+  for (const Case& c : cases) {
+    if (c.needs_vnni && !cpu_has_avx_vnni()) continue;
+    const int64_t n = width_for(c.type);
+    const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
+    const size_t stride = act_row_bytes(slow->act, n);
+    for (int64_t n_rows : {1, 7, 37}) {
+      for (int64_t n_tokens : {1, 3, 9, 17}) {
+        const auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 7 + n_tokens));
+        const auto x = random_floats(static_cast<size_t>(n * n_tokens), 90 + static_cast<uint32_t>(n_tokens), 4.0f);
+        std::vector<uint8_t> act(stride * n_tokens);
+        for (int64_t t = 0; t < n_tokens; ++t)
+          quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
+        const int64_t ldy = n_rows + 3;
+        const auto want = run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+        const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+        float scale = 0;
+        for (float v : want) scale = std::max(scale, std::fabs(v));
+        for (int64_t t = 0; t < n_tokens; ++t) {
+          for (int64_t r = 0; r < n_rows; ++r) {
+            const float ref = want[t * ldy + r];
+            ASSERT_NEAR(got[t * ldy + r], ref, 2e-5 * std::fabs(ref) + 2e-5 * scale + 1e-4)
+                << dtype_name(c.type) << (c.needs_vnni ? " avx-vnni" : " avx2") << " rows " << n_rows << " tokens "
+                << n_tokens;
+          }
+          for (int64_t r = n_rows; r < ldy; ++r) ASSERT_EQ(got[t * ldy + r], -7.0f) << "wrote outside the tile";
+        }
+      }
+    }
+  }
+}
+
 // The largest magnitudes the formats allow: maddubs must not saturate.
 TEST_P(GemmByType, ExtremeValuesDoNotSaturate) {
   const TypeCase c = GetParam();

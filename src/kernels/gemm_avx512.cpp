@@ -1,0 +1,598 @@
+// AVX-512 VNNI quantized GEMM: weight rows in vector lanes, so no horizontal sums in
+// batches.
+//
+// The AVX2 tiles put one weight row against several tokens and reduce each block dot
+// across lanes. Here a batch of tokens (prefill, or at least kPanelTokens sequences)
+// first packs a panel of 16 weight rows: every block unpacked to bytes and transposed so
+// that one 64-byte vector holds 4 consecutive elements of each of the 16 rows. One
+// vpdpbusd against 4 broadcast activation bytes then advances 16 row dots at once, and
+// the float scales apply to 16 rows per instruction. The panel is packed once per call
+// and reused by every token (4 at a time, so each packed vector loaded serves 4).
+// The GGUF bytes stay as they are (zero-copy); the panel is per-thread scratch that fits
+// in L2.
+//
+// Decode and small batches keep the row-major weights and put 8 rows in the lanes of
+// the per-block results (a lane-sum tree per token and block).
+//
+// Both compute, for every (row, token) pair, exactly the scalar references' sequence
+// (gemm.cpp): the exact integer dot of each block, then one fma per block in block order
+// (two for Q4_K/Q5_K: scales, then mins). So results are bit-identical to the scalar
+// reference, and a token's output does not depend on its batch.
+//
+// Unsigned weights go into vpdpbusd as they are; the offset (q - 2^kShift) comes off
+// through the activations' block sums. Q8_0 weights become unsigned by flipping the sign
+// bit (w + 128), kShift 7.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstring>
+#include <memory>
+#include <type_traits>
+
+#include "core/error.h"
+#include "core/quant_blocks.h"
+#include "kernels/gemm.h"
+
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+// GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_*() placeholders as
+// "may be used uninitialized"; the values are always overwritten.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
+#include "kernels/gemm_q8_tiles.h"
+
+namespace ridge::kernels {
+
+namespace {
+
+// Batches of at least this many tokens pack panels; fewer use the row-major tiles.
+constexpr int64_t kPanelTokens = 12;
+constexpr int kPanelRows = 16;  // rows per panel: one zmm of int32 / float lanes
+constexpr int kDecodeRows = 8;  // rows per row-major tile: one ymm of lanes
+
+// ---- shared helpers ----------------------------------------------------------------
+
+inline __m512i bcast32(const void* p) {
+  int32_t v;
+  std::memcpy(&v, p, sizeof(v));
+  return _mm512_set1_epi32(v);
+}
+
+// Transposes 16 rows of 8 dwords (32 bytes each) into 8 vectors of 16 dwords: out[k]
+// lane r = dword k of row r. Stored to dst[k * 64 bytes].
+inline void transpose16x8_store(const __m256i (&rows)[16], uint8_t* dst) {
+  __m512i v[8];
+  for (int i = 0; i < 8; ++i)  // low half row i, high half row i + 8
+    v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
+  __m512i t[8], u[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(v[2 * i], v[2 * i + 1]);
+  }
+  // t[0] = r0d0 r1d0 r0d1 r1d1 | r0d4 r1d4 r0d5 r1d5 (per 128-bit lane: dwords 0,1 / 4,5)
+  for (int i = 0; i < 2; ++i) {
+    const int a = 4 * i;
+    u[a + 0] = _mm512_unpacklo_epi64(t[a], t[a + 2]);      // d0 (lane0), d4 (lane1) of rows 4i..4i+3
+    u[a + 1] = _mm512_unpackhi_epi64(t[a], t[a + 2]);      // d1, d5
+    u[a + 2] = _mm512_unpacklo_epi64(t[a + 1], t[a + 3]);  // d2, d6
+    u[a + 3] = _mm512_unpackhi_epi64(t[a + 1], t[a + 3]);  // d3, d7
+  }
+  // u[j] (rows 0..3) and u[4 + j] (rows 4..7): 128-bit lanes [dj, dj+4, dj (rows+8), dj+4 (rows+8)].
+  const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
+  const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
+  for (int j = 0; j < 4; ++j) {
+    _mm512_storeu_si512(dst + 64 * j, _mm512_permutex2var_epi64(u[j], lo, u[4 + j]));
+    _mm512_storeu_si512(dst + 64 * (j + 4), _mm512_permutex2var_epi64(u[j], hi, u[4 + j]));
+  }
+}
+
+// 16 f16 values (one per row) as floats.
+inline __m512 f16x16(const uint16_t (&h)[16]) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))); }
+
+// Per-thread panel buffer, grown (never shrunk) to the largest panel seen; steady-state
+// steps allocate nothing.
+uint8_t* panel_buffer(size_t bytes) {
+  struct Free {
+    void operator()(void* p) const { std::free(p); }
+  };
+  thread_local std::unique_ptr<uint8_t, Free> buffer;
+  thread_local size_t capacity = 0;
+  if (bytes > capacity) {
+    const size_t rounded = (bytes + 4095) / 4096 * 4096;
+    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
+    if (!buffer) throw Error(str_cat("gemm: cannot allocate a ", rounded, "-byte weight panel"));
+    capacity = rounded;
+  }
+  return buffer.get();
+}
+
+// The row-major tiles read 8 rows side by side: 8 short streams the hardware prefetcher
+// does not pick up (one row is often only a few cache lines). The 8 rows after them are
+// one contiguous range, so each block step prefetches its share of that range: memory
+// is requested in order, one tile ahead. Prefetching past the matrix is harmless.
+inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes) {
+  const size_t step = kDecodeRows * block_bytes;
+  const uint8_t* next = a.w + (r0 + kDecodeRows) * a.w_stride + b * step;
+  for (size_t i = 0; i < step; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+}
+
+// Stores lanes 0..rows-1 of a 16-float vector to y[0..rows-1].
+inline void store_rows16(float* y, __m512 v, int rows) {
+  _mm512_mask_storeu_ps(y, static_cast<__mmask16>((1u << rows) - 1), v);
+}
+inline void store_rows8(float* y, __m256 v, int rows) {
+  _mm256_mask_storeu_ps(y, static_cast<__mmask8>((1u << rows) - 1), v);
+}
+
+// ---- 32-element block types (Q8_0, Q4_0, Q5_0) against Q8_0 activations -----------
+
+// Weight blocks as 32 unsigned bytes q, value q - 2^kShift.
+struct U8Q8_0 {
+  static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr int kShift = 7;
+  static __m256i load(const uint8_t* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(-128)); }
+};
+using U8Q4_0 = DecodeQ4_0;
+using U8Q5_0 = DecodeQ5_0;
+
+// Activation row views for Q8_0: q bytes, float scales, int32 block sums.
+struct ActRow {
+  const int8_t* q;
+  const float* d;
+  const int32_t* sum;
+};
+inline ActRow act_row(const GemmArgs& a, int64_t t) {
+  const uint8_t* row = a.act + t * a.act_stride;
+  const auto* d = reinterpret_cast<const float*>(row + a.n_in);
+  return {reinterpret_cast<const int8_t*>(row), d, reinterpret_cast<const int32_t*>(d + a.n_in / 32)};
+}
+
+template <class U8>
+struct Q8Family {
+  // Row-major tile: rows r0..r0+rows-1 (rows <= 8; missing rows repeat the last and
+  // are not stored) against T tokens.
+  template <int T>
+  static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / 32;
+    const uint8_t* w[kDecodeRows];
+    for (int r = 0; r < kDecodeRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    ActRow y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const size_t off = b * U8::kBytes;
+      __m256i wq[kDecodeRows];
+      for (int r = 0; r < kDecodeRows; ++r) wq[r] = U8::load(w[r] + off);
+      prefetch_ahead(a, r0, b, U8::kBytes);
+      const __m256 dw = _mm256_cvtph_ps(_mm_setr_epi16(
+          static_cast<short>(f16_bits(w[0] + off)), static_cast<short>(f16_bits(w[1] + off)),
+          static_cast<short>(f16_bits(w[2] + off)), static_cast<short>(f16_bits(w[3] + off)),
+          static_cast<short>(f16_bits(w[4] + off)), static_cast<short>(f16_bits(w[5] + off)),
+          static_cast<short>(f16_bits(w[6] + off)), static_cast<short>(f16_bits(w[7] + off))));
+      for (int t = 0; t < T; ++t) {
+        const __m256i yq = load256(y[t].q + 32 * b);
+        __m256i p[kDecodeRows];
+        for (int r = 0; r < kDecodeRows; ++r) p[r] = _mm256_dpbusd_epi32(_mm256_setzero_si256(), wq[r], yq);
+        const __m256i s =
+            _mm256_sub_epi32(sum_lanes8(p), _mm256_slli_epi32(_mm256_set1_epi32(y[t].sum[b]), U8::kShift));
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), _mm256_mul_ps(dw, _mm256_set1_ps(y[t].d[b])), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) store_rows8(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  // Panel: per block, 8 vectors of 16 rows x 4 bytes, then the 16 f16 scales as floats.
+  static constexpr size_t kPanelBlock = 8 * 64 + 64;
+
+  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+    const int64_t nb = a.n_in / 32;
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = panel + b * kPanelBlock;
+      __m256i q[16];
+      alignas(32) uint16_t d[16];
+      for (int r = 0; r < kPanelRows; ++r) {
+        q[r] = U8::load(w[r] + b * U8::kBytes);
+        d[r] = f16_bits(w[r] + b * U8::kBytes);
+      }
+      transpose16x8_store(q, dst);
+      _mm512_storeu_ps(dst + 8 * 64, f16x16(d));
+    }
+  }
+
+  // 16 rows x T tokens over all blocks of a packed panel.
+  template <int T>
+  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / 32;
+    ActRow y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = panel + b * kPanelBlock;
+      __m512i s[T];
+      for (int t = 0; t < T; ++t)
+        s[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
+      for (int g = 0; g < 8; ++g) {
+        const __m512i wv = _mm512_load_si512(blk + 64 * g);
+        for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast32(y[t].q + 32 * b + 4 * g));
+      }
+      const __m512 dw = _mm512_load_ps(blk + 8 * 64);
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
+    }
+    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / 32) * kPanelBlock; }
+};
+
+// ---- Q4_K / Q5_K against Q8_K activations --------------------------------------------
+
+inline const BlockQ8_K* act_k(const GemmArgs& a, int64_t t) {
+  return reinterpret_cast<const BlockQ8_K*>(a.act + t * a.act_stride);
+}
+
+// Broadcasts int16 lane g (within each 128-bit lane) to all int16 lanes.
+inline __m256i broadcast_word(__m256i v, int g) {
+  const char lo = static_cast<char>(2 * g), hi = static_cast<char>(2 * g + 1);
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+                                                  hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
+}
+
+// The 8 scales and mins of a Q4_K/Q5_K block as bytes.
+inline void scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof(u));
+  const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+  std::memcpy(scales, &s_lo, 4);
+  std::memcpy(scales + 4, &s_hi, 4);
+  std::memcpy(mins, &m_lo, 4);
+  std::memcpy(mins + 4, &m_hi, 4);
+}
+
+template <bool kFifthBit>
+struct QK4 {
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+
+  // The 32 bytes of sub-block s (elements 32s..32s+31) of a block.
+  static __m256i sub(const Block& blk, int s) {
+    const __m256i q = load256(blk.qs + 32 * (s / 2));
+    __m256i v = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0f));
+    if constexpr (kFifthBit) {
+      const __m256i qh = load256(blk.qh);
+      v = _mm256_or_si256(
+          v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), _mm256_set1_epi8(1)), 4));
+    }
+    return v;
+  }
+
+  // Row-major tile: the exact isum (sum_s scale_s * dot_s) per row and token from
+  // maddubs + vpdpwssd lanes, imin (sum_s min_s * bsum32_s) from madd lanes, each
+  // reduced across lanes with the rows in the result's lanes.
+  template <int T>
+  static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / kQK_K;
+    const Block* w[kDecodeRows];
+    for (int r = 0; r < kDecodeRows; ++r)
+      w[r] = reinterpret_cast<const Block*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    const BlockQ8_K* y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(a, r0, b, sizeof(Block));
+      __m256i isum[T][8], imin[T][8];
+      alignas(16) uint16_t d[8], dmin[8];
+      for (int r = 0; r < kDecodeRows; ++r) {
+        const Block& blk = w[r][b];
+        d[r] = blk.d;
+        dmin[r] = blk.dmin;
+        __m256i scales, mins;
+        {
+          uint32_t u[3];
+          std::memcpy(u, blk.scales, sizeof(u));
+          const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+          const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+          const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+          const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(s_hi), static_cast<int>(s_lo));
+          const __m128i m8 = _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo));
+          scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
+          mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // each min twice: the 16 bsums
+        }
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
+        [[maybe_unused]] __m256i qh;
+        if constexpr (kFifthBit) qh = load256(blk.qh);
+        for (int j = 0; j < 4; ++j) {
+          const __m256i q = load256(blk.qs + 32 * j);
+          __m256i lo = _mm256_and_si256(q, low4);
+          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+          if constexpr (kFifthBit) {
+            const __m256i one = _mm256_set1_epi8(1);
+            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
+            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+          }
+          const __m256i s_lo = broadcast_word(scales, 2 * j), s_hi = broadcast_word(scales, 2 * j + 1);
+          for (int t = 0; t < T; ++t) {
+            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(lo, load256(y[t][b].qs + 64 * j)), s_lo);
+            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(hi, load256(y[t][b].qs + 64 * j + 32)), s_hi);
+          }
+        }
+        for (int t = 0; t < T; ++t) {
+          isum[t][r] = sumi[t];
+          imin[t][r] = _mm256_madd_epi16(load256(y[t][b].bsums), mins);
+        }
+      }
+      const __m256 dv = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+      const __m256 dminv = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dmin)));
+      for (int t = 0; t < T; ++t) {
+        const __m256 dy = _mm256_set1_ps(y[t][b].d);
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum[t])), _mm256_mul_ps(dv, dy), acc[t]);
+        acc[t] = _mm256_fnmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(imin[t])), _mm256_mul_ps(dminv, dy), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) store_rows8(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  // Panel block: 64 vectors of 16 rows x 4 bytes (sub s, dword g at 8s + g), 8 scale
+  // vectors (int32), 8 min vectors (int16 min twice per int32 lane), d and dmin floats.
+  static constexpr size_t kW = 64 * 64, kScales = kW, kMins = kScales + 8 * 64, kD = kMins + 8 * 64,
+                          kDmin = kD + 64, kPanelBlock = kDmin + 64;
+
+  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+    const int64_t nb = a.n_in / kQK_K;
+    const Block* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r)
+      w[r] = reinterpret_cast<const Block*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = panel + b * kPanelBlock;
+      alignas(64) int32_t sc[8][16], mn[8][16];
+      alignas(32) uint16_t d[16], dmin[16];
+      for (int r = 0; r < kPanelRows; ++r) {
+        uint8_t s8[8], m8[8];
+        scales_mins_k4(w[r][b].scales, s8, m8);
+        for (int s = 0; s < 8; ++s) {
+          sc[s][r] = s8[s];
+          mn[s][r] = m8[s] | (m8[s] << 16);
+        }
+        d[r] = w[r][b].d;
+        dmin[r] = w[r][b].dmin;
+      }
+      for (int s = 0; s < 8; ++s) {
+        __m256i q[16];
+        for (int r = 0; r < kPanelRows; ++r) q[r] = sub(w[r][b], s);
+        transpose16x8_store(q, dst + 64 * 8 * s);
+      }
+      std::memcpy(dst + kScales, sc, sizeof(sc));
+      std::memcpy(dst + kMins, mn, sizeof(mn));
+      _mm512_store_ps(dst + kD, f16x16(d));
+      _mm512_store_ps(dst + kDmin, f16x16(dmin));
+    }
+  }
+
+  template <int T>
+  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / kQK_K;
+    const BlockQ8_K* y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = panel + b * kPanelBlock;
+      __m512i isum[T], imin[T];
+      for (int t = 0; t < T; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
+      for (int s = 0; s < 8; ++s) {
+        __m512i dot[T];
+        for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+        for (int g = 0; g < 8; ++g) {
+          const __m512i wv = _mm512_load_si512(blk + 64 * (8 * s + g));
+          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast32(y[t][b].qs + 32 * s + 4 * g));
+        }
+        const __m512i sc = _mm512_load_si512(blk + kScales + 64 * s);
+        const __m512i mn = _mm512_load_si512(blk + kMins + 64 * s);
+        for (int t = 0; t < T; ++t) {
+          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+          imin[t] = _mm512_dpwssd_epi32(imin[t], mn, bcast32(y[t][b].bsums + 2 * s));
+        }
+      }
+      const __m512 dv = _mm512_load_ps(blk + kD), dminv = _mm512_load_ps(blk + kDmin);
+      for (int t = 0; t < T; ++t) {
+        const __m512 dy = _mm512_set1_ps(y[t][b].d);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dv, dy), acc[t]);
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dminv, dy), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / kQK_K) * kPanelBlock; }
+};
+
+// ---- Q6_K against Q8_K activations ---------------------------------------------------
+
+struct Q6K {
+  // The 32 bytes q (0..63) of chunk c (elements 32c..32c+31).
+  static __m256i chunk(const BlockQ6_K& blk, int c) {
+    const int h = c / 4, k = c % 4;
+    const __m256i src = load256(blk.ql + 64 * h + 32 * (k % 2));
+    const __m256i low = _mm256_and_si256(k < 2 ? src : _mm256_srli_epi16(src, 4), _mm256_set1_epi8(0x0f));
+    const __m256i qh = load256(blk.qh + 32 * h);
+    const __m256i high = _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * k), _mm256_set1_epi8(3)), 4);
+    return _mm256_or_si256(low, high);
+  }
+
+  // isum = sum_g scale_g * dot_g - 32 * sum_g scale_g * bsum_g, rows in lanes.
+  template <int T>
+  static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / kQK_K;
+    const BlockQ6_K* w[kDecodeRows];
+    for (int r = 0; r < kDecodeRows; ++r)
+      w[r] = reinterpret_cast<const BlockQ6_K*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    const BlockQ8_K* y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
+    const __m256i pair = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
+                                          2, 3, 2, 3, 2, 3);
+    __m256 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead(a, r0, b, sizeof(BlockQ6_K));
+      __m256i isum[T][8];
+      alignas(16) uint16_t d[8];
+      for (int r = 0; r < kDecodeRows; ++r) {
+        const BlockQ6_K& blk = w[r][b];
+        d[r] = blk.d;
+        const __m256i scales = _mm256_cvtepi8_epi16(load128(blk.scales));
+        __m256i sumi[T];
+        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
+        for (int c = 0; c < 8; ++c) {
+          const __m256i q = chunk(blk, c);
+          const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c)), pair);
+          for (int t = 0; t < T; ++t)
+            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(q, load256(y[t][b].qs + 32 * c)), s);
+        }
+        for (int t = 0; t < T; ++t)
+          isum[t][r] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][b].bsums), scales), 5));
+      }
+      const __m256 dv = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(d)));
+      for (int t = 0; t < T; ++t)
+        acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sum_lanes8(isum[t])), _mm256_mul_ps(dv, _mm256_set1_ps(y[t][b].d)),
+                                 acc[t]);
+    }
+    for (int t = 0; t < T; ++t) store_rows8(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  // Panel block: 64 vectors (group g = 16 elements = 4 dwords at 4g..4g+3), 16 scale
+  // vectors (int32), 8 scale-pair vectors (int16 scales 2i, 2i+1 per int32 lane), d.
+  static constexpr size_t kW = 64 * 64, kScales = kW, kPairs = kScales + 16 * 64, kD = kPairs + 8 * 64,
+                          kPanelBlock = kD + 64;
+
+  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+    const int64_t nb = a.n_in / kQK_K;
+    const BlockQ6_K* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r)
+      w[r] = reinterpret_cast<const BlockQ6_K*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* dst = panel + b * kPanelBlock;
+      alignas(64) int32_t sc[16][16], pairs[8][16];
+      alignas(32) uint16_t d[16];
+      for (int r = 0; r < kPanelRows; ++r) {
+        const BlockQ6_K& blk = w[r][b];
+        for (int g = 0; g < 16; ++g) sc[g][r] = blk.scales[g];
+        for (int i = 0; i < 8; ++i)
+          pairs[i][r] = static_cast<int32_t>(static_cast<uint16_t>(blk.scales[2 * i]) |
+                                             (static_cast<uint32_t>(static_cast<uint16_t>(blk.scales[2 * i + 1])) << 16));
+        d[r] = blk.d;
+      }
+      for (int c = 0; c < 8; ++c) {
+        __m256i q[16];
+        for (int r = 0; r < kPanelRows; ++r) q[r] = chunk(w[r][b], c);
+        transpose16x8_store(q, dst + 64 * 8 * c);
+      }
+      std::memcpy(dst + kScales, sc, sizeof(sc));
+      std::memcpy(dst + kPairs, pairs, sizeof(pairs));
+      _mm512_store_ps(dst + kD, f16x16(d));
+    }
+  }
+
+  template <int T>
+  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / kQK_K;
+    const BlockQ8_K* y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      const uint8_t* blk = panel + b * kPanelBlock;
+      __m512i isum[T], off[T];
+      for (int t = 0; t < T; ++t) isum[t] = off[t] = _mm512_setzero_si512();
+      for (int g = 0; g < 16; ++g) {
+        __m512i dot[T];
+        for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+        for (int k = 0; k < 4; ++k) {
+          const __m512i wv = _mm512_load_si512(blk + 64 * (4 * g + k));
+          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast32(y[t][b].qs + 16 * g + 4 * k));
+        }
+        const __m512i sc = _mm512_load_si512(blk + kScales + 64 * g);
+        for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+      }
+      for (int i = 0; i < 8; ++i) {
+        const __m512i pr = _mm512_load_si512(blk + kPairs + 64 * i);
+        for (int t = 0; t < T; ++t) off[t] = _mm512_dpwssd_epi32(off[t], pr, bcast32(y[t][b].bsums + 2 * i));
+      }
+      const __m512 dv = _mm512_load_ps(blk + kD);
+      for (int t = 0; t < T; ++t) {
+        const __m512i s = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], 5));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, _mm512_set1_ps(y[t][b].d)), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
+  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / kQK_K) * kPanelBlock; }
+};
+
+// ---- drivers -------------------------------------------------------------------------
+
+template <class K, int T = 4>
+inline void rows8_tokens(const GemmArgs& a, int64_t r0, int rows, int64_t t0, int tokens) {
+  if constexpr (T > 1) {
+    if (tokens < T) return rows8_tokens<K, T - 1>(a, r0, rows, t0, tokens);
+  }
+  K::template rows8<T>(a, r0, rows, t0);
+}
+
+template <class K, int T = 4>
+inline void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0, int tokens) {
+  if constexpr (T > 1) {
+    if (tokens < T) return panel_tokens<K, T - 1>(a, panel, r0, rows, t0, tokens);
+  }
+  K::template panel_tokens<T>(a, panel, r0, rows, t0);
+}
+
+template <class K>
+void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  if (n_tokens < kPanelTokens) {
+    constexpr int kTile = 4;
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+      const int tokens = static_cast<int>(std::min<int64_t>(kTile, n_tokens - t0));
+      for (int64_t r0 = 0; r0 < n_rows; r0 += kDecodeRows)
+        rows8_tokens<K>(a, r0, static_cast<int>(std::min<int64_t>(kDecodeRows, n_rows - r0)), t0, tokens);
+    }
+    return;
+  }
+  uint8_t* panel = panel_buffer(K::panel_bytes(a.n_in));
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    K::pack(a, r0, rows, panel);
+    for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
+      panel_tokens<K>(a, panel, r0, rows, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)));
+  }
+}
+
+}  // namespace
+
+bool cpu_has_avx512_vnni() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+  return has;
+#else
+  return false;
+#endif
+}
+
+void gemm_q8_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q8_0>>(a, n_rows, n_tokens); }
+void gemm_q4_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q4_0>>(a, n_rows, n_tokens); }
+void gemm_q5_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q5_0>>(a, n_rows, n_tokens); }
+void gemm_q4_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<false>>(a, n_rows, n_tokens); }
+void gemm_q5_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<true>>(a, n_rows, n_tokens); }
+void gemm_q6_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q6K>(a, n_rows, n_tokens); }
+
+}  // namespace ridge::kernels
