@@ -61,8 +61,8 @@ inline __m512i bcast32(const void* p) {
 }
 
 // Transposes 16 rows of 8 dwords (32 bytes each) into 8 vectors of 16 dwords: out[k]
-// lane r = dword k of row r. Stored to dst[k * 64 bytes].
-inline void transpose16x8_store(const __m256i (&rows)[16], uint8_t* dst) {
+// lane r = dword k of row r.
+inline void transpose16x8(const __m256i (&rows)[16], __m512i (&out)[8]) {
   __m512i v[8];
   for (int i = 0; i < 8; ++i)  // low half row i, high half row i + 8
     v[i] = _mm512_inserti64x4(_mm512_castsi256_si512(rows[i]), rows[i + 8], 1);
@@ -83,13 +83,38 @@ inline void transpose16x8_store(const __m256i (&rows)[16], uint8_t* dst) {
   const __m512i lo = _mm512_setr_epi64(0, 1, 8, 9, 4, 5, 12, 13);
   const __m512i hi = _mm512_setr_epi64(2, 3, 10, 11, 6, 7, 14, 15);
   for (int j = 0; j < 4; ++j) {
-    _mm512_storeu_si512(dst + 64 * j, _mm512_permutex2var_epi64(u[j], lo, u[4 + j]));
-    _mm512_storeu_si512(dst + 64 * (j + 4), _mm512_permutex2var_epi64(u[j], hi, u[4 + j]));
+    out[j] = _mm512_permutex2var_epi64(u[j], lo, u[4 + j]);
+    out[j + 4] = _mm512_permutex2var_epi64(u[j], hi, u[4 + j]);
   }
 }
 
-// 16 f16 values (one per row) as floats.
-inline __m512 f16x16(const uint16_t (&h)[16]) { return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(h))); }
+// transpose16x8, stored to dst[k * 64 bytes].
+inline void transpose16x8_store(const __m256i (&rows)[16], uint8_t* dst) {
+  __m512i out[8];
+  transpose16x8(rows, out);
+  for (int k = 0; k < 8; ++k) _mm512_store_si512(dst + 64 * k, out[k]);
+}
+
+// Loads 32 bytes at byte offset `off` of 16 rows and transposes them (transpose16x8).
+inline void load_transposed(const uint8_t* const* rows, size_t off, __m512i (&out)[8]) {
+  __m256i v[16];
+  for (int r = 0; r < 16; ++r) v[r] = load256(rows[r] + off);
+  transpose16x8(v, out);
+}
+
+// Transposes a 16 x 16 byte matrix in place: x[j] byte r = old x[r] byte j. Four rounds of
+// interleaving rows i and i + 8 (the perfect shuffle) transpose any 2^k x 2^k matrix.
+inline void transpose16x16_bytes(__m128i (&x)[16]) {
+  for (int round = 0; round < 4; ++round) {
+    __m128i y[16];
+    for (int i = 0; i < 8; ++i) {
+      y[2 * i] = _mm_unpacklo_epi8(x[i], x[i + 8]);
+      y[2 * i + 1] = _mm_unpackhi_epi8(x[i], x[i + 8]);
+    }
+    for (int i = 0; i < 16; ++i) x[i] = y[i];
+  }
+}
+
 
 // Per-thread panel buffer, grown (never shrunk) to the largest panel seen; steady-state
 // steps allocate nothing.
@@ -267,34 +292,19 @@ inline __m256i broadcast_word(__m256i v, int g) {
                                                   hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
 }
 
-// The 8 scales and mins of a Q4_K/Q5_K block as bytes.
-inline void scales_mins_k4(const uint8_t* packed, uint8_t* scales, uint8_t* mins) {
+// The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block.
+inline __m128i scales_mins_k4(const uint8_t* packed) {
   uint32_t u[3];
   std::memcpy(u, packed, sizeof(u));
   const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
   const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
   const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-  std::memcpy(scales, &s_lo, 4);
-  std::memcpy(scales + 4, &s_hi, 4);
-  std::memcpy(mins, &m_lo, 4);
-  std::memcpy(mins + 4, &m_hi, 4);
+  return _mm_setr_epi32(static_cast<int>(s_lo), static_cast<int>(s_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
 }
 
 template <bool kFifthBit>
 struct QK4 {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
-
-  // The 32 bytes of sub-block s (elements 32s..32s+31) of a block.
-  static __m256i sub(const Block& blk, int s) {
-    const __m256i q = load256(blk.qs + 32 * (s / 2));
-    __m256i v = _mm256_and_si256(s % 2 ? _mm256_srli_epi16(q, 4) : q, _mm256_set1_epi8(0x0f));
-    if constexpr (kFifthBit) {
-      const __m256i qh = load256(blk.qh);
-      v = _mm256_or_si256(
-          v, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, s), _mm256_set1_epi8(1)), 4));
-    }
-    return v;
-  }
 
   // Row-major tile: the exact isum (sum_s scale_s * dot_s) per row and token from
   // maddubs + vpdpwssd lanes, imin (sum_s min_s * bsum32_s) from madd lanes, each
@@ -370,35 +380,49 @@ struct QK4 {
   static constexpr size_t kW = 64 * 64, kScales = kW, kMins = kScales + 8 * 64, kD = kMins + 8 * 64,
                           kDmin = kD + 64, kPanelBlock = kDmin + 64;
 
+  // Transposes the packed nibbles first (one transpose per 64 elements) and unpacks
+  // 16 rows at a time; the scales and mins go through one 16 x 16 byte transpose.
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
     const int64_t nb = a.n_in / kQK_K;
-    const Block* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r)
-      w[r] = reinterpret_cast<const Block*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, sizeof(Block));
+      const size_t base = b * sizeof(Block);
       uint8_t* dst = panel + b * kPanelBlock;
-      alignas(64) int32_t sc[8][16], mn[8][16];
-      alignas(32) uint16_t d[16], dmin[16];
-      for (int r = 0; r < kPanelRows; ++r) {
-        uint8_t s8[8], m8[8];
-        scales_mins_k4(w[r][b].scales, s8, m8);
-        for (int s = 0; s < 8; ++s) {
-          sc[s][r] = s8[s];
-          mn[s][r] = m8[s] | (m8[s] << 16);
+      [[maybe_unused]] __m512i qh[8];
+      if constexpr (kFifthBit) load_transposed(w, base + offsetof(Block, qh), qh);
+      for (int j = 0; j < 4; ++j) {  // 32 bytes: sub-block 2j in the low nibbles, 2j + 1 high
+        __m512i q[8];
+        load_transposed(w, base + offsetof(Block, qs) + 32 * j, q);
+        for (int g = 0; g < 8; ++g) {
+          __m512i lo = _mm512_and_si512(q[g], low4);
+          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q[g], 4), low4);
+          if constexpr (kFifthBit) {
+            const __m512i sixteen = _mm512_set1_epi8(16);
+            const __mmask64 lo_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j))));
+            const __mmask64 hi_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + 1))));
+            lo = _mm512_mask_add_epi8(lo, lo_bit, lo, sixteen);
+            hi = _mm512_mask_add_epi8(hi, hi_bit, hi, sixteen);
+          }
+          _mm512_store_si512(dst + 64 * (8 * (2 * j) + g), lo);
+          _mm512_store_si512(dst + 64 * (8 * (2 * j + 1) + g), hi);
         }
-        d[r] = w[r][b].d;
-        dmin[r] = w[r][b].dmin;
       }
+      __m128i sm[16];  // per row: 8 scales, 8 mins; transposed: one vector per byte
+      for (int r = 0; r < kPanelRows; ++r) sm[r] = scales_mins_k4(w[r] + base + offsetof(Block, scales));
+      transpose16x16_bytes(sm);
       for (int s = 0; s < 8; ++s) {
-        __m256i q[16];
-        for (int r = 0; r < kPanelRows; ++r) q[r] = sub(w[r][b], s);
-        transpose16x8_store(q, dst + 64 * 8 * s);
+        _mm512_store_si512(dst + kScales + 64 * s, _mm512_cvtepu8_epi32(sm[s]));
+        const __m512i m = _mm512_cvtepu8_epi32(sm[8 + s]);
+        _mm512_store_si512(dst + kMins + 64 * s, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
       }
-      std::memcpy(dst + kScales, sc, sizeof(sc));
-      std::memcpy(dst + kMins, mn, sizeof(mn));
-      _mm512_store_ps(dst + kD, f16x16(d));
-      _mm512_store_ps(dst + kDmin, f16x16(dmin));
+      for (int h = 0; h < 2; ++h) {
+        _mm256_store_ps(reinterpret_cast<float*>(dst + kD + 32 * h), f16_rows8(w + 8 * h, base + offsetof(Block, d)));
+        _mm256_store_ps(reinterpret_cast<float*>(dst + kDmin + 32 * h),
+                        f16_rows8(w + 8 * h, base + offsetof(Block, dmin)));
+      }
     }
   }
 
@@ -499,32 +523,43 @@ struct Q6K {
   static constexpr size_t kW = 64 * 64, kScales = kW, kPairs = kScales + 16 * 64, kD = kPairs + 8 * 64,
                           kPanelBlock = kD + 64;
 
+  // Transposes ql and qh as stored (6 transposes per block) and assembles q from the
+  // transposed bytes, 16 rows at a time; the scales go through one 16 x 16 byte transpose.
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
     const int64_t nb = a.n_in / kQK_K;
-    const BlockQ6_K* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r)
-      w[r] = reinterpret_cast<const BlockQ6_K*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, sizeof(BlockQ6_K));
+      const size_t base = b * sizeof(BlockQ6_K);
       uint8_t* dst = panel + b * kPanelBlock;
-      alignas(64) int32_t sc[16][16], pairs[8][16];
-      alignas(32) uint16_t d[16];
-      for (int r = 0; r < kPanelRows; ++r) {
-        const BlockQ6_K& blk = w[r][b];
-        for (int g = 0; g < 16; ++g) sc[g][r] = blk.scales[g];
-        for (int i = 0; i < 8; ++i)
-          pairs[i][r] = static_cast<int32_t>(static_cast<uint16_t>(blk.scales[2 * i]) |
-                                             (static_cast<uint32_t>(static_cast<uint16_t>(blk.scales[2 * i + 1])) << 16));
-        d[r] = blk.d;
+      for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h + 127: chunks 4h .. 4h + 3
+        __m512i ql0[8], ql1[8], qh[8];
+        load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h, ql0);
+        load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h + 32, ql1);
+        load_transposed(w, base + offsetof(BlockQ6_K, qh) + 32 * h, qh);
+        for (int k = 0; k < 4; ++k) {
+          for (int g = 0; g < 8; ++g) {
+            const __m512i src = k % 2 ? ql1[g] : ql0[g];
+            const __m512i low = _mm512_and_si512(k < 2 ? src : _mm512_srli_epi16(src, 4), low4);
+            const __m512i high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[g], 2 * k), low2), 4);
+            _mm512_store_si512(dst + 64 * (8 * (4 * h + k) + g), _mm512_or_si512(low, high));
+          }
+        }
       }
-      for (int c = 0; c < 8; ++c) {
-        __m256i q[16];
-        for (int r = 0; r < kPanelRows; ++r) q[r] = chunk(w[r][b], c);
-        transpose16x8_store(q, dst + 64 * 8 * c);
+      __m128i sc[16];  // per row: the 16 int8 scales; transposed: one vector per group
+      for (int r = 0; r < kPanelRows; ++r) sc[r] = load128(w[r] + base + offsetof(BlockQ6_K, scales));
+      transpose16x16_bytes(sc);
+      for (int g = 0; g < 16; ++g) _mm512_store_si512(dst + kScales + 64 * g, _mm512_cvtepi8_epi32(sc[g]));
+      for (int i = 0; i < 8; ++i) {
+        const __m512i lo = _mm512_and_si512(_mm512_cvtepi8_epi32(sc[2 * i]), _mm512_set1_epi32(0xffff));
+        const __m512i hi = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc[2 * i + 1]), 16);
+        _mm512_store_si512(dst + kPairs + 64 * i, _mm512_or_si512(lo, hi));
       }
-      std::memcpy(dst + kScales, sc, sizeof(sc));
-      std::memcpy(dst + kPairs, pairs, sizeof(pairs));
-      _mm512_store_ps(dst + kD, f16x16(d));
+      for (int h = 0; h < 2; ++h)
+        _mm256_store_ps(reinterpret_cast<float*>(dst + kD + 32 * h),
+                        f16_rows8(w + 8 * h, base + offsetof(BlockQ6_K, d)));
     }
   }
 
