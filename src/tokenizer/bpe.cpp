@@ -38,16 +38,17 @@ struct BpeBigramLess {
 
 std::unique_ptr<BpeTables> BpeTables::build(const Vocab& vocab) {
   auto t = std::make_unique<BpeTables>();
-  auto intern = [&](std::string raw) {
-    auto [it, inserted] =
-        t->piece_of_raw.emplace(std::move(raw), static_cast<int32_t>(t->piece_token.size()));
-    if (inserted) t->piece_token.push_back(Vocab::kNoToken);
-    return it->second;
+  auto intern = [&](std::string_view raw) {
+    const int32_t piece = t->pieces.intern(raw);
+    if (static_cast<size_t>(piece) == t->piece_token.size()) t->piece_token.push_back(Vocab::kNoToken);
+    return piece;
   };
-  t->piece_of_raw.reserve(static_cast<size_t>(vocab.n_tokens()) + vocab.merges().size());
+  // Merge results are nearly all tokens too, so the tokens' count sizes the index.
+  t->pieces.reserve(static_cast<size_t>(vocab.n_tokens()), 0, static_cast<size_t>(vocab.n_tokens()));
+  t->piece_token.reserve(static_cast<size_t>(vocab.n_tokens()));
   std::string raw;
   for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
-    const std::string& text = vocab.text(id);
+    const std::string_view text = vocab.text(id);
     if (text.empty() || vocab.find(text) != id) continue;  // duplicates keep the first id
     if (!unmap_bytes(text, raw)) continue;
     const int32_t piece = intern(raw);
@@ -56,16 +57,17 @@ std::unique_ptr<BpeTables> BpeTables::build(const Vocab& vocab) {
     }
   }
   size_t slots = 16;
-  while (slots < 2 * vocab.merges().size()) slots *= 2;
+  while (slots * 3 < 4 * vocab.n_merges()) slots *= 2;  // at most 3/4 full
   t->merge_slots.assign(slots, MergeSlot{});
   t->merge_shift = 64 - std::countr_zero(slots);
   std::string left_raw, right_raw;
-  for (size_t rank = 0; rank < vocab.merges().size(); ++rank) {
-    const auto& [left, right] = vocab.merges()[rank];
+  std::string joined;
+  for (size_t rank = 0; rank < vocab.n_merges(); ++rank) {
+    const auto [left, right] = vocab.merge(rank);
     if (!unmap_bytes(left, left_raw) || !unmap_bytes(right, right_raw)) continue;
     const int32_t l = intern(left_raw);
     const int32_t r = intern(right_raw);
-    const int32_t result = intern(left_raw + right_raw);
+    const int32_t result = intern(joined.assign(left_raw).append(right_raw));
     t->insert_merge(l, r, Merge{static_cast<int32_t>(rank), result});
   }
   for (int b = 0; b < 256; ++b) {
@@ -76,12 +78,9 @@ std::unique_ptr<BpeTables> BpeTables::build(const Vocab& vocab) {
       }
     }
   }
+  t->pieces.shrink_to_fit();
+  t->piece_token.shrink_to_fit();
   return t;
-}
-
-int32_t BpeTables::find_piece(std::string_view raw) const {
-  auto it = piece_of_raw.find(raw);
-  return it == piece_of_raw.end() ? -1 : it->second;
 }
 
 namespace {

@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "tokenizer/string_table.h"
 #include "tokenizer/vocab.h"
 
 namespace ridge {
@@ -104,16 +105,15 @@ class SpmEncoder {
 struct BpeTables {
   static std::unique_ptr<BpeTables> build(const Vocab& vocab);
 
-  int32_t find_piece(std::string_view raw) const;
+  int32_t find_piece(std::string_view raw) const { return pieces.find(raw); }  // -1 if none
   struct Merge {
     int32_t rank;
     int32_t result;  // piece id of left + right
   };
   const Merge* find_merge(int32_t left, int32_t right) const;
 
-  std::unordered_map<std::string, int32_t, tokenizer_detail::StringHash, std::equal_to<>>
-      piece_of_raw;
-  std::vector<int32_t> piece_token;  // piece -> token id, or Vocab::kNoToken
+  tokenizer_detail::StringTable pieces;  // piece id -> raw bytes, and back
+  std::vector<int32_t> piece_token;      // piece -> token id, or Vocab::kNoToken
 
   // Merges in an open-addressing table keyed by left piece << 32 | right piece: merge
   // lookups dominate encoding, and a flat table costs one cache miss per lookup.

@@ -51,8 +51,8 @@ struct SpmBigramLess {
 std::unique_ptr<SpmTables> SpmTables::build(const Vocab& vocab) {
   auto t = std::make_unique<SpmTables>();
   for (int32_t id = 0; id < vocab.n_tokens(); ++id) {
-    const std::string& text = vocab.text(id);
-    for (size_t k = text.find(kSpaceMark, 1); k != std::string::npos;
+    const std::string_view text = vocab.text(id);
+    for (size_t k = text.find(kSpaceMark, 1); k != std::string_view::npos;
          k = text.find(kSpaceMark, k + 1)) {
       if (!space_mark_after_other(text, k)) continue;
       if (t->spanning.size() == kMaxSpanningTokens) {
@@ -155,7 +155,7 @@ void SpmEncoder::try_add_bigram(std::string_view segment, int32_t left, int32_t 
   const std::string_view text = segment.substr(l.start, l.len + r.len);
   const int32_t id = vocab_.find(text);
   if (id == Vocab::kNoToken) return;
-  heap_.push_back({vocab_.token(id).score, left, right, static_cast<uint32_t>(text.size())});
+  heap_.push_back({vocab_.score(id), left, right, static_cast<uint32_t>(text.size())});
   std::push_heap(heap_.begin(), heap_.end(), SpmBigramLess{});
 }
 

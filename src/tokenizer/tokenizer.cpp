@@ -141,7 +141,7 @@ void Tokenizer::build_special_trie() {
   trie_.assign(1, TrieNode{});
   const auto& specials = vocab_.special_tokens();
   for (size_t rank = 0; rank < specials.size(); ++rank) {
-    const std::string& text = vocab_.text(specials[rank]);
+    const std::string_view text = vocab_.text(specials[rank]);
     int32_t node = 0;
     for (char ch : text) {
       const auto byte = static_cast<uint8_t>(ch);
@@ -166,17 +166,13 @@ void Tokenizer::build_special_trie() {
 void Tokenizer::build_pieces() {
   const int32_t n = vocab_.n_tokens();
   pieces_.resize(static_cast<size_t>(n));
-  hidden_piece_.assign(static_cast<size_t>(n), 0);
   const bool spm = vocab_.type() == VocabType::kSentencePiece;
   for (int32_t id = 0; id < n; ++id) {
-    const TokenData& t = vocab_.token(id);
+    const TokenData t = vocab_.token(id);
     std::string& piece = pieces_[static_cast<size_t>(id)];
     switch (t.type) {
       case TokenType::kControl:
       case TokenType::kUnknown:
-        hidden_piece_[static_cast<size_t>(id)] = 1;
-        piece = t.text;
-        break;
       case TokenType::kUserDefined:
         piece = t.text;
         break;
@@ -231,7 +227,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
   std::vector<std::pair<uint32_t, int32_t>> accepted;  // (position, token)
   for (const auto& [rank, pos] : found) {
     const int32_t id = specials[static_cast<size_t>(rank)];
-    const TokenData& t = vocab_.token(id);
+    const TokenData t = vocab_.token(id);
     const size_t end = pos + t.text.size();
     if (std::any_of(consumed.begin() + pos, consumed.begin() + static_cast<std::ptrdiff_t>(end),
                     [](uint8_t c) { return c != 0; })) {
@@ -312,7 +308,11 @@ void Tokenizer::check_id(int32_t id) const {
 const std::string& Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   static const std::string kEmpty;
   check_id(id);
-  if (hidden_piece_[static_cast<size_t>(id)] && !render_special) return kEmpty;
+  if (!render_special) {
+    // CONTROL and UNKNOWN tokens print only with render_special.
+    const TokenType type = vocab_.token_type(id);
+    if (type == TokenType::kControl || type == TokenType::kUnknown) return kEmpty;
+  }
   return pieces_[static_cast<size_t>(id)];
 }
 

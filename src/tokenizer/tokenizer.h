@@ -92,8 +92,9 @@ class Tokenizer {
   std::vector<TrieNode> trie_;
   bool trie_first_byte_[256] = {};
 
-  std::vector<std::string> pieces_;     // decoded bytes per token (special tokens' text)
-  std::vector<uint8_t> hidden_piece_;   // 1: CONTROL/UNKNOWN, printed only with render_special
+  // Decoded bytes per token (special tokens' text). One std::string each, because
+  // token_to_piece hands out references; CONTROL and UNKNOWN ones print only on request.
+  std::vector<std::string> pieces_;
 };
 
 }  // namespace ridge

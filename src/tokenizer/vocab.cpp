@@ -140,6 +140,22 @@ std::optional<bool> read_flag(const gguf::File& file, std::string_view key) {
 
 }  // namespace
 
+class Vocab::Strings {
+ public:
+  explicit Strings(const std::vector<std::string>* list) : list_(list) {}
+  explicit Strings(const gguf::Array* array) : array_(array) {}  // null: no strings
+  size_t size() const {
+    return list_ != nullptr ? list_->size() : array_ != nullptr ? array_->items.size() : 0;
+  }
+  std::string_view operator[](size_t i) const {
+    return list_ != nullptr ? std::string_view((*list_)[i]) : array_->items[i].as_string();
+  }
+
+ private:
+  const std::vector<std::string>* list_ = nullptr;
+  const gguf::Array* array_ = nullptr;
+};
+
 std::string_view token_type_name(TokenType type) {
   switch (type) {
     case TokenType::kUndefined: return "UNDEFINED";
@@ -179,14 +195,14 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
   spec.pre = file.get_string(kKeyPre, "");
   spec.model_name = file.get_string("general.name", "");
 
+  // Token texts and merges are read in place: copying them into the VocabSpec first
+  // would hold every string twice while the Vocab is built.
   const gguf::Array* tokens = file.find_array(kKeyTokens);
   if (tokens == nullptr) {
     throw Error(str_cat(file.name(), ": missing metadata key '", kKeyTokens,
                         "': the file carries no tokenizer vocabulary"));
   }
   typed_array(file, kKeyTokens, *tokens, is_string_type, "strings");
-  spec.tokens.reserve(tokens->items.size());
-  for (const gguf::Value& v : tokens->items) spec.tokens.push_back(v.as_string());
 
   if (const gguf::Array* scores = file.find_array(kKeyScores)) {
     typed_array(file, kKeyScores, *scores, is_number_type, "numbers");
@@ -205,10 +221,9 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
       spec.types.push_back(static_cast<TokenType>(t));
     }
   }
-  if (const gguf::Array* merges = file.find_array(kKeyMerges)) {
+  const gguf::Array* merges = file.find_array(kKeyMerges);
+  if (merges != nullptr) {
     typed_array(file, kKeyMerges, *merges, is_string_type, "strings");
-    spec.merges.reserve(merges->items.size());
-    for (const gguf::Value& v : merges->items) spec.merges.push_back(v.as_string());
   } else if (spec.type == VocabType::kBytePairEncoding) {
     throw Error(str_cat(file.name(), ": missing metadata key '", kKeyMerges,
                         "', which a 'gpt2' (BPE) vocabulary needs"));
@@ -224,12 +239,16 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
   spec.add_bos = read_flag(file, kKeyAddBos);
   spec.add_eos = read_flag(file, kKeyAddEos);
   spec.add_space_prefix = read_flag(file, kKeyAddSpacePrefix);
-  return from_spec(std::move(spec));
+  return build(spec, Strings(tokens), Strings(merges));
 }
 
 Vocab Vocab::from_spec(VocabSpec spec) {
+  return build(spec, Strings(&spec.tokens), Strings(&spec.merges));
+}
+
+Vocab Vocab::build(VocabSpec& spec, const Strings& tokens, const Strings& merges) {
   const std::string where = prefix(spec.origin);
-  const size_t n = spec.tokens.size();
+  const size_t n = tokens.size();
   if (n == 0) throw Error(str_cat(where, kKeyTokens, " is empty"));
   if (n > static_cast<size_t>(INT32_MAX)) throw Error(str_cat(where, kKeyTokens, " is too long"));
   if (!spec.scores.empty() && spec.scores.size() != n) {
@@ -244,37 +263,43 @@ Vocab Vocab::from_spec(VocabSpec spec) {
   Vocab v;
   v.type_ = spec.type;
   v.pre_ = spec.pre.empty() ? "default" : spec.pre;
-  v.tokens_.resize(n);
-  v.text_to_id_.reserve(n);
+  size_t text_bytes = 0;
+  for (size_t i = 0; i < n; ++i) text_bytes += tokens[i].size();
+  v.texts_.reserve(n, text_bytes, n);
+  v.attrs_.resize(n);
   for (size_t i = 0; i < n; ++i) {
-    TokenData& t = v.tokens_[i];
-    t.text = std::move(spec.tokens[i]);
-    t.score = spec.scores.empty() ? 0.0f : spec.scores[i];
-    t.type = spec.types.empty() ? TokenType::kNormal : spec.types[i];
-    if (t.type > TokenType::kByte) {
-      throw Error(str_cat(where, kKeyTypes, "[", i, "] = ", static_cast<int>(t.type),
+    const std::string_view text = tokens[i];
+    const TokenType type = spec.types.empty() ? TokenType::kNormal : spec.types[i];
+    if (type > TokenType::kByte) {
+      throw Error(str_cat(where, kKeyTypes, "[", i, "] = ", static_cast<int>(type),
                           " is not a token type (0..6)"));
     }
     uint8_t byte = 0;
-    if (t.type == TokenType::kByte && !parse_byte_token(t.text, byte)) {
-      throw Error(str_cat(where, "token ", i, " '", t.text,
+    if (type == TokenType::kByte && !parse_byte_token(text, byte)) {
+      throw Error(str_cat(where, "token ", i, " '", text,
                           "' has type BYTE but is not spelled <0xXX>"));
     }
+    v.attrs_[i].type = type;
+    const int32_t id = v.texts_.append(text);
     // Empty texts are unreachable by encoding; a repeated text keeps its first id.
-    if (!t.text.empty()) v.text_to_id_.emplace(t.text, static_cast<int32_t>(i));
+    if (!text.empty()) v.texts_.index(id);
   }
+  v.scores_ = std::move(spec.scores);
+  if (v.scores_.empty()) v.scores_.assign(n, 0.0f);
 
-  v.merges_.reserve(spec.merges.size());
-  for (size_t i = 0; i < spec.merges.size(); ++i) {
-    const std::string& m = spec.merges[i];
-    const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string::npos;
-    if (space == std::string::npos) {
+  size_t merge_bytes = 0;
+  for (size_t i = 0; i < merges.size(); ++i) merge_bytes += merges[i].size();
+  v.merges_.reserve(merges.size(), merge_bytes, 0);
+  for (size_t i = 0; i < merges.size(); ++i) {
+    const std::string_view m = merges[i];
+    const size_t space = m.size() > 1 ? m.find(' ', 1) : std::string_view::npos;
+    if (space == std::string_view::npos) {
       throw Error(str_cat(where, kKeyMerges, "[", i, "] = '", m,
                           "' is not of the form 'left right'"));
     }
-    v.merges_.emplace_back(m.substr(0, space), m.substr(space + 1));
+    v.merges_.append(m);
   }
-  if (v.type_ == VocabType::kBytePairEncoding && v.merges_.empty()) {
+  if (v.type_ == VocabType::kBytePairEncoding && v.merges_.size() == 0) {
     throw Error(str_cat(where, kKeyMerges, " is empty; a BPE vocabulary needs merges"));
   }
 
@@ -341,7 +366,7 @@ void Vocab::resolve_specials(const VocabSpec& spec) {
 
 void Vocab::detect_eog() {
   // A token named like a control token is treated as one even if typed otherwise.
-  auto mark_control = [&](int32_t id) { tokens_[static_cast<size_t>(id)].type = TokenType::kControl; };
+  auto mark_control = [&](int32_t id) { attrs_[static_cast<size_t>(id)].type = TokenType::kControl; };
   auto first_of = [&](std::span<const std::string_view> texts) {
     for (std::string_view t : texts) {
       if (int32_t id = find(t); id != kNoToken) return id;
@@ -401,16 +426,22 @@ void Vocab::apply_model_quirks(const std::string& model_name) {
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   if (name.find("phi-3") == std::string::npos && name.find("phi3") == std::string::npos) return;
   // Phi-3's HF tokenizer strips whitespace to the right of its special tokens.
-  for (int32_t id : special_tokens_) tokens_[static_cast<size_t>(id)].rstrip = true;
-  if (int32_t id = find("</s>"); id != kNoToken) tokens_[static_cast<size_t>(id)].rstrip = true;
+  for (int32_t id : special_tokens_) attrs_[static_cast<size_t>(id)].rstrip = true;
+  if (int32_t id = find("</s>"); id != kNoToken) attrs_[static_cast<size_t>(id)].rstrip = true;
   for (std::string_view t : {"<unk>", "<s>", "<|endoftext|>"}) {
-    if (int32_t id = find(t); id != kNoToken) tokens_[static_cast<size_t>(id)].rstrip = false;
+    if (int32_t id = find(t); id != kNoToken) attrs_[static_cast<size_t>(id)].rstrip = false;
   }
 }
 
-int32_t Vocab::find(std::string_view text) const {
-  auto it = text_to_id_.find(text);
-  return it == text_to_id_.end() ? kNoToken : it->second;
+TokenData Vocab::token(int32_t id) const {
+  const TokenAttrs& a = attrs_[static_cast<size_t>(id)];
+  return {text(id), score(id), a.type, a.lstrip, a.rstrip};
+}
+
+std::pair<std::string_view, std::string_view> Vocab::merge(size_t rank) const {
+  const std::string_view m = merges_[static_cast<int32_t>(rank)];
+  const size_t space = m.find(' ', 1);  // checked when built
+  return {m.substr(0, space), m.substr(space + 1)};
 }
 
 bool Vocab::is_eog(int32_t id) const {

@@ -17,9 +17,10 @@
 #include <span>
 #include <string>
 #include <string_view>
-#include <unordered_map>
 #include <utility>
 #include <vector>
+
+#include "tokenizer/string_table.h"
 
 namespace ridge::gguf {
 class File;
@@ -42,8 +43,10 @@ enum class TokenType : uint8_t {
   kByte = 6,
 };
 
+// One token's entry, put together on request (Vocab keeps texts, scores and types in
+// separate flat arrays); text points into the Vocab.
 struct TokenData {
-  std::string text;  // as stored: SPM with U+2581 for spaces, BPE in GPT-2 byte-mapped form
+  std::string_view text;  // as stored: SPM with U+2581 for spaces, BPE in GPT-2 byte-mapped form
   float score = 0.0f;
   TokenType type = TokenType::kNormal;
   bool lstrip = false;  // when parsed as a special token, eat whitespace on its left
@@ -79,15 +82,17 @@ class Vocab {
 
   VocabType type() const { return type_; }
   const std::string& pre() const { return pre_; }  // "default" when unset
-  int32_t n_tokens() const { return static_cast<int32_t>(tokens_.size()); }
+  int32_t n_tokens() const { return texts_.size(); }
   bool contains(int32_t id) const { return id >= 0 && id < n_tokens(); }
-  const TokenData& token(int32_t id) const { return tokens_[static_cast<size_t>(id)]; }
-  const std::string& text(int32_t id) const { return token(id).text; }
-  TokenType token_type(int32_t id) const { return token(id).type; }
-  int32_t find(std::string_view text) const;  // kNoToken when absent
+  TokenData token(int32_t id) const;
+  std::string_view text(int32_t id) const { return texts_[id]; }
+  float score(int32_t id) const { return scores_[static_cast<size_t>(id)]; }
+  TokenType token_type(int32_t id) const { return attrs_[static_cast<size_t>(id)].type; }
+  int32_t find(std::string_view text) const { return texts_.find(text); }  // kNoToken when absent
 
-  // BPE merges in rank order (rank = index), split at the first space after position 0.
-  const std::vector<std::pair<std::string, std::string>>& merges() const { return merges_; }
+  // BPE merges in rank order, split at the first space after position 0.
+  size_t n_merges() const { return static_cast<size_t>(merges_.size()); }
+  std::pair<std::string_view, std::string_view> merge(size_t rank) const;
 
   int32_t bos() const { return bos_; }  // kNoToken when the vocab has none
   int32_t eos() const { return eos_; }
@@ -115,11 +120,14 @@ class Vocab {
   int32_t byte_token(uint8_t byte) const { return byte_tokens_[byte]; }
 
  private:
-  struct StringHash {
-    using is_transparent = void;
-    size_t operator()(std::string_view s) const { return std::hash<std::string_view>{}(s); }
+  struct TokenAttrs {
+    TokenType type = TokenType::kNormal;
+    bool lstrip = false, rstrip = false;
   };
-  using TextMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
+  class Strings;  // token texts or merges, from a VocabSpec or read in place from GGUF
+  // from_spec's checks and construction, with the token texts and merges passed apart
+  // from spec so that from_gguf can read them in place.
+  static Vocab build(VocabSpec& spec, const Strings& tokens, const Strings& merges);
 
   void resolve_specials(const VocabSpec& spec);
   void detect_eog();
@@ -128,9 +136,11 @@ class Vocab {
 
   VocabType type_ = VocabType::kSentencePiece;
   std::string pre_ = "default";
-  std::vector<TokenData> tokens_;
-  TextMap text_to_id_;
-  std::vector<std::pair<std::string, std::string>> merges_;
+  // Token texts by id; the index finds the first id of each non-empty text.
+  tokenizer_detail::StringTable texts_;
+  std::vector<float> scores_;
+  std::vector<TokenAttrs> attrs_;
+  tokenizer_detail::StringTable merges_;  // "left right" by rank, not indexed
   int32_t bos_ = kNoToken, eos_ = kNoToken, eot_ = kNoToken, eom_ = kNoToken;
   int32_t unk_ = kNoToken, sep_ = kNoToken, pad_ = kNoToken;
   bool add_bos_ = false, add_eos_ = false, add_space_prefix_ = false;
