@@ -34,7 +34,7 @@
 #include "core/quant_blocks.h"
 #include "kernels/gemm.h"
 
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg")
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_*() placeholders as
 // "may be used uninitialized"; the values are always overwritten.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -159,6 +159,7 @@ inline void store_rows8(float* y, __m256 v, int rows) {
 struct U8Q8_0 {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
   static constexpr int kShift = 7;
+  static constexpr bool kTransposedDecode = false;
   static __m256i load(const uint8_t* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(-128)); }
 };
 // The 32 nibbles of 16 bytes: element l low nibble, l + 16 high nibble.
@@ -169,11 +170,15 @@ inline __m256i nibbles32(const uint8_t* p) {
 struct U8Q4_0 {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
   static constexpr int kShift = 3;  // q - 8
+  static constexpr bool kTransposedDecode = true, kHasQh = false;
+  static constexpr int kQsOffset = 2;
   static __m256i load(const uint8_t* b) { return nibbles32(b + 2); }
 };
 struct U8Q5_0 {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
   static constexpr int kShift = 4;  // q - 16
+  static constexpr bool kTransposedDecode = true, kHasQh = true;
+  static constexpr int kQsOffset = 6;
   static __m256i load(const uint8_t* b) {
     uint32_t qh;
     std::memcpy(&qh, b + 2, sizeof(qh));
@@ -205,6 +210,67 @@ inline ActRow act_row(const GemmArgs& a, int64_t t) {
 
 template <class U8>
 struct Q8Family {
+  static constexpr int kRowTile = U8::kTransposedDecode ? 16 : kDecodeRows;
+
+  template <int T>
+  static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    if constexpr (U8::kTransposedDecode) rows16<T>(a, r0, rows, t0);
+    else rows8<T>(a, r0, rows, t0);
+  }
+
+  // Q4_0/Q5_0 decode, 16 rows at once without a panel: each row's block (18 or 22
+  // bytes) is loaded whole and the 16 rows transposed as they are stored, so the f16
+  // scales, the fifth bits and the nibbles are unpacked for 16 rows per instruction
+  // and no lane sums are needed. The qs bytes start 2 bytes into a dword: each dword of
+  // qs joins two transposed dwords.
+  template <int T>
+  static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    const int64_t nb = a.n_in / 32;
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    ActRow y[T];
+    for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
+    __m512 acc[T];
+    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+    // Only the block's own bytes are read (the masked-off bytes cannot fault).
+    const __mmask32 block_bytes = static_cast<__mmask32>((1ull << U8::kBytes) - 1);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes);
+      __m256i v[kPanelRows];
+      for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(block_bytes, w[r] + b * U8::kBytes);
+      __m512i d4[8];  // d4[k] lane r: bytes 4k .. 4k + 3 of row r's block
+      transpose16x8(v, d4);
+      const auto bytes_from_2 = [&](int k) {  // bytes 4k + 2 .. 4k + 5
+        return _mm512_or_si512(_mm512_srli_epi32(d4[k], 16), _mm512_slli_epi32(d4[k + 1], 16));
+      };
+      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d4[0]));
+      __m512i q[8];  // q[i]: elements 4i .. 4i + 3
+      constexpr int k0 = (U8::kQsOffset - 2) / 4;
+      for (int m = 0; m < 4; ++m) {
+        const __m512i packed = bytes_from_2(k0 + m);  // qs[4m .. 4m + 3]
+        q[m] = _mm512_and_si512(packed, low4);
+        q[m + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+      }
+      if constexpr (U8::kHasQh) {
+        const __m512i qh = bytes_from_2(0);  // bit e: element e's fifth bit
+        for (int i = 0; i < 8; ++i) {
+          // Byte j of each 64-bit lane (two rows) takes bit 4i + j % 4 of its row's qh.
+          const __m512i pick =
+              _mm512_set1_epi64(static_cast<long long>(uint64_t(4 * i) * 0x0101010101010101ull + 0x2322212003020100ull));
+          const __mmask64 bit = _mm512_bitshuffle_epi64_mask(qh, pick);
+          q[i] = _mm512_mask_add_epi8(q[i], bit, q[i], _mm512_set1_epi8(16));
+        }
+      }
+      for (int t = 0; t < T; ++t) {
+        __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
+        for (int i = 0; i < 8; ++i) s = _mm512_dpbusd_epi32(s, q[i], bcast32(y[t].q + 32 * b + 4 * i));
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
+      }
+    }
+    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+  }
+
   // Row-major tile: rows r0..r0+rows-1 (rows <= 8; missing rows repeat the last and
   // are not stored) against T tokens.
   template <int T>
@@ -305,6 +371,9 @@ inline __m128i scales_mins_k4(const uint8_t* packed) {
 template <bool kFifthBit>
 struct QK4 {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  static constexpr int kRowTile = kDecodeRows;
+  template <int T>
+  static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
 
   // Row-major tile: the exact isum (sum_s scale_s * dot_s) per row and token from
   // maddubs + vpdpwssd lanes, imin (sum_s min_s * bsum32_s) from madd lanes, each
@@ -467,6 +536,9 @@ struct QK4 {
 // ---- Q6_K against Q8_K activations ---------------------------------------------------
 
 struct Q6K {
+  static constexpr int kRowTile = kDecodeRows;
+  template <int T>
+  static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
   // The 32 bytes q (0..63) of chunk c (elements 32c..32c+31).
   static __m256i chunk(const BlockQ6_K& blk, int c) {
     const int h = c / 4, k = c % 4;
@@ -603,11 +675,11 @@ struct Q6K {
 // ---- drivers -------------------------------------------------------------------------
 
 template <class K, int T = 4>
-inline void rows8_tokens(const GemmArgs& a, int64_t r0, int rows, int64_t t0, int tokens) {
+inline void tile_tokens(const GemmArgs& a, int64_t r0, int rows, int64_t t0, int tokens) {
   if constexpr (T > 1) {
-    if (tokens < T) return rows8_tokens<K, T - 1>(a, r0, rows, t0, tokens);
+    if (tokens < T) return tile_tokens<K, T - 1>(a, r0, rows, t0, tokens);
   }
-  K::template rows8<T>(a, r0, rows, t0);
+  K::template tile<T>(a, r0, rows, t0);
 }
 
 template <class K, int T = 4>
@@ -624,8 +696,8 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     constexpr int kTile = 4;
     for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
       const int tokens = static_cast<int>(std::min<int64_t>(kTile, n_tokens - t0));
-      for (int64_t r0 = 0; r0 < n_rows; r0 += kDecodeRows)
-        rows8_tokens<K>(a, r0, static_cast<int>(std::min<int64_t>(kDecodeRows, n_rows - r0)), t0, tokens);
+      for (int64_t r0 = 0; r0 < n_rows; r0 += K::kRowTile)
+        tile_tokens<K>(a, r0, static_cast<int>(std::min<int64_t>(K::kRowTile, n_rows - r0)), t0, tokens);
     }
     return;
   }
@@ -644,7 +716,8 @@ bool cpu_has_avx512_vnni() {
 #if defined(__x86_64__) || defined(__i386__)
   static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx2") &&
+                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg") &&
+                          __builtin_cpu_supports("avx2") &&
                           __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
   return has;
 #else
