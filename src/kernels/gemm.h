@@ -106,10 +106,11 @@ void gemm_q4_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
-// AVX-512 VNNI builds (gemm_avx512.cpp): rows in vector lanes, packed 16-row panels for
-// batches. Each output is bit-identical to the scalar reference (same integer block
-// dots, same fma per block in block order); the kAvx2 table uses them when
-// cpu_has_avx512_vnni().
+// AVX-512 builds (gemm_avx512.cpp): rows in vector lanes, packed 16-row panels for
+// batches of 4 tokens or more. Each output is bit-identical to the scalar reference
+// (same integer block dots, same fma per block in block order); the kAvx2 table uses
+// them when cpu_has_avx512_vnni(): AVX-512 F, BW, VL, DQ, VNNI and BITALG (Ice Lake,
+// Zen 4 and later).
 bool cpu_has_avx512_vnni();
 void gemm_q8_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
