@@ -36,11 +36,11 @@ nlohmann::json value_to_json(const gguf::Value& v, size_t max_items) {
     case ValueType::ARRAY: {
       const gguf::Array& a = v.as_array();
       nlohmann::json out = nlohmann::json::array();
-      size_t n = std::min(a.items.size(), max_items);
-      for (size_t i = 0; i < n; ++i) out.push_back(value_to_json(a.items[i], max_items));
-      if (n < a.items.size()) {
-        return nlohmann::json{{"type", std::string(gguf::value_type_name(a.elem_type))},
-                              {"length", a.items.size()},
+      size_t n = std::min(a.size(), max_items);
+      for (size_t i = 0; i < n; ++i) out.push_back(value_to_json(a.at(i), max_items));
+      if (n < a.size()) {
+        return nlohmann::json{{"type", std::string(gguf::value_type_name(a.elem_type()))},
+                              {"length", a.size()},
                               {"head", out}};
       }
       return out;
@@ -120,7 +120,7 @@ void print_text(const gguf::File& f, const InspectOptions& opt) {
     std::string type(gguf::value_type_name(kv.value.type));
     if (kv.value.type == gguf::ValueType::ARRAY) {
       const gguf::Array& a = kv.value.as_array();
-      type = str_cat("array[", gguf::value_type_name(a.elem_type), "; ", a.items.size(), "]");
+      type = str_cat("array[", gguf::value_type_name(a.elem_type()), "; ", a.size(), "]");
     }
     std::string value = kv.value.to_string(max_items);
     if (!opt.all_values && value.size() > 160) value = value.substr(0, 157) + "...";

@@ -8,6 +8,7 @@
 #include <iterator>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "cli/commands.h"
 #include "core/error.h"
@@ -33,7 +34,7 @@ std::string read_file(const std::string& path) {
 }
 
 // Shows a piece with control characters escaped, so each token stays on one line.
-std::string printable(const std::string& piece) {
+std::string printable(std::string_view piece) {
   std::string out;
   for (unsigned char ch : piece) {
     if (ch == '\n') out += "\\n";

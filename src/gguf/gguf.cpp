@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <cassert>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -140,13 +141,13 @@ std::string Value::to_string(size_t max_items) const {
           append_quoted(out, x);
         } else {
           out = "[";
-          size_t shown = std::min(max_items, x.items.size());
+          size_t shown = std::min(max_items, x.size());
           for (size_t i = 0; i < shown; ++i) {
             if (i > 0) out += ", ";
-            out += x.items[i].to_string(max_items);
+            out += x.at(i).to_string(max_items);
           }
-          if (shown < x.items.size())
-            out += str_cat(shown > 0 ? ", " : "", "... (", x.items.size(), " items)");
+          if (shown < x.size())
+            out += str_cat(shown > 0 ? ", " : "", "... (", x.size(), " items)");
           out += "]";
         }
       },
@@ -164,12 +165,13 @@ std::string TensorInfo::shape_string() const {
 }
 
 // ---------------------------------------------------------------------------------------
-// Parsing
+// Encoding and decoding values
 
 namespace {
 
 // Smallest encoded size of one value of each type; bounds every count read from the file
-// so a hostile count cannot make us reserve more than the file could hold.
+// so a hostile count cannot make us reserve more than the file could hold. For numbers
+// and bools it is the exact size.
 uint64_t min_encoded_size(ValueType t) {
   switch (t) {
     case ValueType::UINT8: case ValueType::INT8: case ValueType::BOOL: return 1;
@@ -182,13 +184,137 @@ uint64_t min_encoded_size(ValueType t) {
   return 1;
 }
 
+bool has_fixed_size(ValueType t) { return t != ValueType::STRING && t != ValueType::ARRAY; }
+
+// GGUF data is unaligned little-endian; memcpy is the portable unaligned load.
+template <class T>
+T load(const uint8_t* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+// A number or bool whose min_encoded_size(type) bytes start at p.
+Value decode_fixed(ValueType type, const uint8_t* p) {
+  switch (type) {
+    case ValueType::UINT8: return {type, uint64_t{load<uint8_t>(p)}};
+    case ValueType::INT8: return {type, int64_t{load<int8_t>(p)}};
+    case ValueType::UINT16: return {type, uint64_t{load<uint16_t>(p)}};
+    case ValueType::INT16: return {type, int64_t{load<int16_t>(p)}};
+    case ValueType::UINT32: return {type, uint64_t{load<uint32_t>(p)}};
+    case ValueType::INT32: return {type, int64_t{load<int32_t>(p)}};
+    case ValueType::UINT64: return {type, load<uint64_t>(p)};
+    case ValueType::INT64: return {type, load<int64_t>(p)};
+    case ValueType::FLOAT32: return {type, double{load<float>(p)}};
+    case ValueType::FLOAT64: return {type, load<double>(p)};
+    case ValueType::BOOL: return {type, p[0] != 0};
+    case ValueType::STRING: case ValueType::ARRAY: break;
+  }
+  assert(false && "decode_fixed: not a fixed-size type");
+  return {};
+}
+
+// resize + memcpy rather than vector::insert, which GCC 12 at -O3 flags with a false
+// -Wstringop-overflow.
+void append_bytes(std::vector<uint8_t>& out, const void* data, size_t n) {
+  if (n == 0) return;
+  size_t at = out.size();
+  out.resize(at + n);
+  std::memcpy(out.data() + at, data, n);
+}
+
+template <class T>
+void append(std::vector<uint8_t>& out, T v) {
+  append_bytes(out, &v, sizeof(T));
+}
+
+}  // namespace
+
+void append_encoded(const Value& v, std::vector<uint8_t>& out) {
+  auto range = [&](auto lo, auto hi, auto x) {
+    if (x < lo || x > hi)
+      throw Error(str_cat("value ", x, " out of range for ", value_type_name(v.type)));
+  };
+  switch (v.type) {
+    case ValueType::UINT8: {
+      uint64_t x = v.as_u64();
+      range(uint64_t{0}, uint64_t{UINT8_MAX}, x);
+      append<uint8_t>(out, static_cast<uint8_t>(x));
+      return;
+    }
+    case ValueType::UINT16: {
+      uint64_t x = v.as_u64();
+      range(uint64_t{0}, uint64_t{UINT16_MAX}, x);
+      append<uint16_t>(out, static_cast<uint16_t>(x));
+      return;
+    }
+    case ValueType::UINT32: {
+      uint64_t x = v.as_u64();
+      range(uint64_t{0}, uint64_t{UINT32_MAX}, x);
+      append<uint32_t>(out, static_cast<uint32_t>(x));
+      return;
+    }
+    case ValueType::UINT64: append<uint64_t>(out, v.as_u64()); return;
+    case ValueType::INT8: {
+      int64_t x = v.as_i64();
+      range(int64_t{INT8_MIN}, int64_t{INT8_MAX}, x);
+      append<int8_t>(out, static_cast<int8_t>(x));
+      return;
+    }
+    case ValueType::INT16: {
+      int64_t x = v.as_i64();
+      range(int64_t{INT16_MIN}, int64_t{INT16_MAX}, x);
+      append<int16_t>(out, static_cast<int16_t>(x));
+      return;
+    }
+    case ValueType::INT32: {
+      int64_t x = v.as_i64();
+      range(int64_t{INT32_MIN}, int64_t{INT32_MAX}, x);
+      append<int32_t>(out, static_cast<int32_t>(x));
+      return;
+    }
+    case ValueType::INT64: append<int64_t>(out, v.as_i64()); return;
+    case ValueType::FLOAT32: append<float>(out, static_cast<float>(v.as_f64())); return;
+    case ValueType::FLOAT64: append<double>(out, v.as_f64()); return;
+    case ValueType::BOOL: append<uint8_t>(out, v.as_bool() ? 1 : 0); return;
+    case ValueType::STRING: {
+      const std::string& s = v.as_string();
+      append<uint64_t>(out, s.size());
+      append_bytes(out, s.data(), s.size());
+      return;
+    }
+    case ValueType::ARRAY: {
+      const Array& a = v.as_array();
+      append<uint32_t>(out, static_cast<uint32_t>(a.elem_type()));
+      append<uint64_t>(out, a.size());
+      append_bytes(out, a.encoded().data(), a.encoded().size());
+      return;
+    }
+  }
+  throw Error(str_cat("invalid value type ", static_cast<uint32_t>(v.type)));
+}
+
+// ---------------------------------------------------------------------------------------
+// Parsing
+
+namespace {
+
 constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;           // key len, 1-byte key, type, u8
 constexpr uint64_t kMinTensorInfoBytes = 8 + 1 + 4 + 4 + 8;  // name len, name, n_dims, type, offset
 
-// A cursor over untrusted bytes; every read checks the remaining length first.
+bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
+  return __builtin_mul_overflow(a, b, out);
+}
+
+}  // namespace
+
+// A cursor over untrusted bytes; every read checks the remaining length first. Arrays it
+// reads view the bytes and share `owner`, which keeps them alive (null: the caller does).
 class Reader {
  public:
-  Reader(std::span<const uint8_t> bytes, const std::string& name) : bytes_(bytes), name_(name) {}
+  Reader(std::span<const uint8_t> bytes, const std::string& name,
+         std::shared_ptr<const void> owner)
+      : bytes_(bytes), name_(name), owner_(std::move(owner)) {}
 
   uint64_t pos() const { return pos_; }
   uint64_t remaining() const { return bytes_.size() - pos_; }
@@ -206,27 +332,23 @@ class Reader {
   template <class T>
   T read(std::string_view what) {
     need(sizeof(T), what);
-    T v;
-    std::memcpy(&v, bytes_.data() + pos_, sizeof(T));
+    T v = load<T>(bytes_.data() + pos_);
     pos_ += sizeof(T);
     return v;
   }
 
-  std::string read_string(std::string_view what) {
-    std::string s;
-    read_string(what, s);
-    return s;
-  }
-
-  void read_string(std::string_view what, std::string& s) {
+  std::string_view read_string_view(std::string_view what) {
     uint64_t at = pos_;
     uint64_t len = read<uint64_t>(what);
     if (len > remaining())
       fail(at, str_cat(what, ": string length ", len, " past end of file (", remaining(),
                        " bytes left)"));
-    s.assign(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
+    std::string_view s(reinterpret_cast<const char*>(bytes_.data() + pos_), len);
     pos_ += len;
+    return s;
   }
+
+  std::string read_string(std::string_view what) { return std::string(read_string_view(what)); }
 
   ValueType read_type(std::string_view what) {
     uint64_t at = pos_;
@@ -236,70 +358,153 @@ class Reader {
     return static_cast<ValueType>(id);
   }
 
-  // Fills `v` in place: arrays of 100k strings (vocabularies) are the hot path, and
-  // constructing each element where it lives avoids a move per element.
-  void read_value(ValueType type, int depth, std::string_view what, Value& v) {
-    v.type = type;
+  // Checks a bool byte (pos_ must have one) and steps over it.
+  void skip_bool(std::string_view what) {
+    uint8_t b = bytes_[pos_];
+    if (b > 1) fail(pos_, str_cat(what, ": bool value ", int{b}, " is not 0 or 1"));
+    ++pos_;
+  }
+
+  Value read_value(ValueType type, int depth, std::string_view what) {
     switch (type) {
-      case ValueType::UINT8: v.data = uint64_t{read<uint8_t>(what)}; break;
-      case ValueType::INT8: v.data = int64_t{read<int8_t>(what)}; break;
-      case ValueType::UINT16: v.data = uint64_t{read<uint16_t>(what)}; break;
-      case ValueType::INT16: v.data = int64_t{read<int16_t>(what)}; break;
-      case ValueType::UINT32: v.data = uint64_t{read<uint32_t>(what)}; break;
-      case ValueType::INT32: v.data = int64_t{read<int32_t>(what)}; break;
-      case ValueType::UINT64: v.data = read<uint64_t>(what); break;
-      case ValueType::INT64: v.data = read<int64_t>(what); break;
-      case ValueType::FLOAT32: v.data = double{read<float>(what)}; break;
-      case ValueType::FLOAT64: v.data = read<double>(what); break;
-      case ValueType::BOOL: {
-        uint64_t at = pos_;
-        uint8_t b = read<uint8_t>(what);
-        if (b > 1) fail(at, str_cat(what, ": bool value ", int{b}, " is not 0 or 1"));
-        v.data = b != 0;
-        break;
+      case ValueType::STRING: return Value{type, read_string(what)};
+      case ValueType::ARRAY: return Value{type, read_array(depth + 1, what)};
+      default: {
+        need(min_encoded_size(type), what);
+        Value v = decode_fixed(type, bytes_.data() + pos_);
+        if (type == ValueType::BOOL) {
+          skip_bool(what);
+        } else {
+          pos_ += min_encoded_size(type);
+        }
+        return v;
       }
-      case ValueType::STRING: read_string(what, v.data.emplace<std::string>()); break;
-      case ValueType::ARRAY: read_array(depth + 1, what, v.data.emplace<Array>()); break;
     }
   }
 
-  void read_array(int depth, std::string_view what, Array& a) {
+  // Validates an array and indexes its elements; nothing is copied. Vocabularies (arrays
+  // of 100k+ strings) are the hot path.
+  Array read_array(int depth, std::string_view what) {
     uint64_t at = pos_;
     if (depth > kMaxArrayDepth)
       fail(at, str_cat(what, ": array nesting too deep (limit ", kMaxArrayDepth, ")"));
-    a.elem_type = read_type(what);
+    Array a;
+    a.elem_type_ = read_type(what);
     uint64_t count_at = pos_;
     uint64_t count = read<uint64_t>(what);
-    uint64_t min_size = min_encoded_size(a.elem_type);
+    uint64_t min_size = min_encoded_size(a.elem_type_);
     if (count > remaining() / min_size)
       fail(count_at, str_cat(what, ": array length ", count, " of ",
-                             value_type_name(a.elem_type), " past end of file (",
+                             value_type_name(a.elem_type_), " past end of file (",
                              remaining(), " bytes left)"));
     n_elements_ += count;
     if (n_elements_ > kMaxMetadataElements)
       fail(count_at, str_cat(what, ": array length ", count, " brings the metadata past ",
                              kMaxMetadataElements, " array elements"));
-    a.items.resize(count);
-    for (Value& item : a.items) read_value(a.elem_type, depth, what, item);
+    const uint64_t begin = pos_;
+    if (a.elem_type_ == ValueType::STRING || a.elem_type_ == ValueType::ARRAY) {
+      a.starts_.reserve(count + 1);  // bounded by the file size, checked above
+      for (uint64_t i = 0; i < count; ++i) {
+        a.starts_.push_back(pos_ - begin);
+        if (a.elem_type_ == ValueType::STRING) {
+          read_string_view(what);
+        } else {
+          a.depth_ = std::max(a.depth_, 1 + read_array(depth + 1, what).depth_);
+        }
+      }
+      a.starts_.push_back(pos_ - begin);
+    } else if (a.elem_type_ == ValueType::BOOL) {
+      for (uint64_t i = 0; i < count; ++i) skip_bool(what);
+    } else {
+      pos_ += count * min_size;  // in bounds: checked against remaining() above
+    }
+    a.bytes_ = bytes_.subspan(begin, pos_ - begin);
+    a.owner_ = owner_;
+    return a;
   }
 
  private:
   std::span<const uint8_t> bytes_;
   const std::string& name_;
+  std::shared_ptr<const void> owner_;
   uint64_t pos_ = 0;
   uint64_t n_elements_ = 0;  // array elements read so far, all arrays together
 };
 
-bool mul_overflows(uint64_t a, uint64_t b, uint64_t* out) {
-  return __builtin_mul_overflow(a, b, out);
+// ---------------------------------------------------------------------------------------
+// Array
+
+Array::Array(ValueType elem_type, const std::vector<Value>& items) {
+  if (static_cast<uint32_t>(elem_type) > static_cast<uint32_t>(ValueType::FLOAT64))
+    throw Error(str_cat("invalid array element type ", static_cast<uint32_t>(elem_type)));
+  const bool indexed = !has_fixed_size(elem_type);
+  std::vector<uint8_t> bytes;
+  std::vector<uint64_t> starts;
+  int depth = 1;
+  for (const Value& item : items) {
+    if (item.type != elem_type)
+      throw Error(str_cat("array of ", value_type_name(elem_type), " holds a ",
+                          value_type_name(item.type)));
+    if (indexed) starts.push_back(bytes.size());
+    if (item.type == ValueType::ARRAY) depth = std::max(depth, 1 + item.as_array().depth_);
+    append_encoded(item, bytes);
+  }
+  if (indexed) starts.push_back(bytes.size());
+  if (depth > kMaxArrayDepth)
+    throw Error(str_cat("arrays nested deeper than ", kMaxArrayDepth));
+  auto owned = std::make_shared<const std::vector<uint8_t>>(std::move(bytes));
+  elem_type_ = elem_type;
+  depth_ = depth;
+  bytes_ = *owned;
+  starts_ = std::move(starts);
+  owner_ = std::move(owned);
 }
 
-}  // namespace
+size_t Array::size() const {
+  return has_fixed_size(elem_type_) ? bytes_.size() / min_encoded_size(elem_type_)
+                                    : starts_.size() - 1;
+}
+
+Value Array::at(size_t i) const {
+  assert(i < size());
+  switch (elem_type_) {
+    case ValueType::STRING: return Value{elem_type_, std::string(string_at(i))};
+    case ValueType::ARRAY: {
+      // The bytes were validated when read or written; decoding them again cannot fail.
+      static const std::string kName = "nested array";
+      Reader r(bytes_.subspan(starts_[i], starts_[i + 1] - starts_[i]), kName, owner_);
+      return Value{elem_type_, r.read_array(1, kName)};
+    }
+    default: return decode_fixed(elem_type_, bytes_.data() + i * min_encoded_size(elem_type_));
+  }
+}
+
+std::string_view Array::string_at(size_t i) const {
+  assert(i < size());
+  if (elem_type_ != ValueType::STRING) throw_type(at(i), "string");
+  const uint64_t begin = starts_[i] + sizeof(uint64_t);  // after the length prefix
+  return {reinterpret_cast<const char*>(bytes_.data() + begin), starts_[i + 1] - begin};
+}
+
+bool Array::operator==(const Array& other) const {
+  if (elem_type_ != other.elem_type_ || size() != other.size()) return false;
+  for (size_t i = 0; i < size(); ++i) {
+    bool same = elem_type_ == ValueType::STRING ? string_at(i) == other.string_at(i)
+                                                : at(i) == other.at(i);
+    if (!same) return false;
+  }
+  return true;
+}
+
+// ---------------------------------------------------------------------------------------
+// File
 
 File File::open(const std::string& path) {
-  auto mapping = std::make_shared<MappedFile>(path);
-  File f = parse(mapping->bytes(), path);
-  f.mapping_ = std::move(mapping);
+  File f;
+  f.mapping_ = std::make_shared<MappedFile>(path);
+  f.bytes_ = f.mapping_->bytes();
+  f.name_ = path;
+  f.parse_all();
   return f;
 }
 
@@ -312,7 +517,7 @@ File File::parse(std::span<const uint8_t> bytes, std::string name) {
 }
 
 void File::parse_all() {
-  Reader r(bytes_, name_);
+  Reader r(bytes_, name_, mapping_);
 
   // Header: magic, version, tensor count, kv count.
   uint32_t magic = r.read<uint32_t>("header magic");
@@ -353,8 +558,7 @@ void File::parse_all() {
     if (key.empty()) r.fail(at, str_cat("empty key in kv ", i));
     std::string what = "value of '" + key + "'";
     ValueType type = r.read_type(what);
-    Value value;
-    r.read_value(type, 0, what, value);
+    Value value = r.read_value(type, 0, what);
     if (!metadata_index_.emplace(key, metadata_.size()).second)
       r.fail(at, str_cat("duplicate key '", key, "'"));
     if (key == "general.alignment") alignment_at = at;

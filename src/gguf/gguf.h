@@ -1,5 +1,6 @@
 // GGUF reader: parses and validates a GGUF (v2 or v3) file and exposes its metadata and
-// tensors; tensor data are zero-copy views into a read-only mmap of the file.
+// tensors; tensor data and metadata arrays are zero-copy views into a read-only mmap of
+// the file.
 //
 //   gguf::File f = gguf::File::open("model.gguf");        // throws ridge::Error on bad input
 //   std::string arch = f.get_string("general.architecture");
@@ -31,9 +32,10 @@ constexpr uint32_t kDefaultAlignment = 32;
 constexpr int kMaxDims = 4;
 // Arrays may nest (arrays of arrays); deeper nesting than this is rejected as hostile.
 constexpr int kMaxArrayDepth = 8;
-// Each metadata array element becomes a Value (~48 bytes), so a hostile multi-GB file of
-// u8 arrays could ask for 48x its size; the total over all arrays is capped. The largest
-// real vocabularies (262k tokens: tokens, scores, types, merges) use about 1.3M.
+// Arrays stay in the file's encoding, but each string or nested-array element still costs
+// an 8-byte index entry (a nested array also a short-lived object while it is checked), so
+// the total over all arrays is capped. The largest real vocabularies (262k tokens:
+// tokens, scores, types, merges) use about 1.3M.
 constexpr uint64_t kMaxMetadataElements = uint64_t{1} << 23;
 
 enum class ValueType : uint32_t {
@@ -43,12 +45,52 @@ enum class ValueType : uint32_t {
 std::string_view value_type_name(ValueType type);
 
 struct Value;
+class Reader;  // gguf.cpp's parser, which fills in Arrays
 
-struct Array {
-  ValueType elem_type = ValueType::UINT8;
-  std::vector<Value> items;  // nested arrays allowed (elem_type == ARRAY)
+// A metadata array: size() elements of one type, kept as GGUF encodes them (little-endian,
+// unaligned, strings length-prefixed) and decoded on access, so a 262k-token vocabulary
+// costs an 8-byte index entry per string rather than an object per element. An array the
+// reader returns views the file (and keeps an opened file's mapping alive); one built in
+// memory owns its bytes. Copies share the bytes.
+//
+//   const gguf::Array& tokens = f.get_array("tokenizer.ggml.tokens");
+//   std::string_view text = tokens.string_at(5);          // STRING arrays: a view, no copy
+//   double score = f.get_array("tokenizer.ggml.scores").at(5).as_f64();
+class Array {
+ public:
+  Array() = default;  // empty, of uint8
+  // Encodes `items`; throws ridge::Error when an item's type is not `elem_type`, a value
+  // does not fit it, or nesting would pass kMaxArrayDepth.
+  Array(ValueType elem_type, const std::vector<Value>& items);
 
-  bool operator==(const Array&) const = default;
+  ValueType elem_type() const { return elem_type_; }
+  size_t size() const;
+  bool empty() const { return bytes_.empty(); }
+  // Element i (i < size()) as a Value: numbers widened as in Value, strings copied,
+  // nested arrays as Arrays sharing these bytes.
+  Value at(size_t i) const;
+  // Element i of a STRING array as a view into the bytes; throws ridge::Error naming
+  // the element type for any other array.
+  std::string_view string_at(size_t i) const;
+  // The elements as the file encodes them (no element type or count), for the writer.
+  std::span<const uint8_t> encoded() const { return bytes_; }
+
+  // Same element type and the same elements (NaN != NaN as for doubles).
+  bool operator==(const Array& other) const;
+
+ private:
+  friend class Reader;
+
+  ValueType elem_type_ = ValueType::UINT8;
+  int depth_ = 1;  // levels of nesting, this one included
+  std::span<const uint8_t> bytes_;
+  // STRING and ARRAY only: element i is bytes_[starts_[i], starts_[i + 1]); size() + 1
+  // entries. Fixed-size elements are found by multiplying. (No size_ member: it is
+  // implied, and one makes GCC 12 warn falsely wherever a Value is moved.)
+  std::vector<uint64_t> starts_;
+  // Keeps bytes_ alive: the file's mapping, or the bytes of an array built in memory.
+  // Null for arrays of File::parse, whose caller keeps the bytes alive.
+  std::shared_ptr<const void> owner_;
 };
 
 // One metadata value. Integers keep their declared type in `type`; the payload holds
@@ -73,6 +115,10 @@ struct Value {
   // Same declared type and same payload (deep for arrays; NaN != NaN as for doubles).
   bool operator==(const Value&) const = default;
 };
+
+// Appends v's GGUF encoding (its payload, without the type tag) to `out`. Throws
+// ridge::Error when the payload does not match v.type or does not fit it.
+void append_encoded(const Value& v, std::vector<uint8_t>& out);
 
 struct KeyValue {
   std::string key;

@@ -41,76 +41,13 @@ class Sink {
     out_.resize((out_.size() + alignment - 1) / alignment * alignment, 0);
   }
 
-  // Encodes one value of its declared type; the payload must hold a matching alternative
-  // and fit the type's range, otherwise the file would silently carry a different value.
-  void put_value(const Value& v, std::string_view key, int depth) {
-    auto range = [&](auto lo, auto hi, auto x) {
-      if (x < lo || x > hi)
-        throw Error(str_cat("gguf writer: key '", key, "': value ", x, " out of range for ",
-                            value_type_name(v.type)));
-    };
-    switch (v.type) {
-      case ValueType::UINT8: {
-        uint64_t x = v.as_u64();
-        range(uint64_t{0}, uint64_t{UINT8_MAX}, x);
-        put<uint8_t>(static_cast<uint8_t>(x));
-        break;
-      }
-      case ValueType::UINT16: {
-        uint64_t x = v.as_u64();
-        range(uint64_t{0}, uint64_t{UINT16_MAX}, x);
-        put<uint16_t>(static_cast<uint16_t>(x));
-        break;
-      }
-      case ValueType::UINT32: {
-        uint64_t x = v.as_u64();
-        range(uint64_t{0}, uint64_t{UINT32_MAX}, x);
-        put<uint32_t>(static_cast<uint32_t>(x));
-        break;
-      }
-      case ValueType::UINT64: put<uint64_t>(v.as_u64()); break;
-      case ValueType::INT8: {
-        int64_t x = v.as_i64();
-        range(int64_t{INT8_MIN}, int64_t{INT8_MAX}, x);
-        put<int8_t>(static_cast<int8_t>(x));
-        break;
-      }
-      case ValueType::INT16: {
-        int64_t x = v.as_i64();
-        range(int64_t{INT16_MIN}, int64_t{INT16_MAX}, x);
-        put<int16_t>(static_cast<int16_t>(x));
-        break;
-      }
-      case ValueType::INT32: {
-        int64_t x = v.as_i64();
-        range(int64_t{INT32_MIN}, int64_t{INT32_MAX}, x);
-        put<int32_t>(static_cast<int32_t>(x));
-        break;
-      }
-      case ValueType::INT64: put<int64_t>(v.as_i64()); break;
-      case ValueType::FLOAT32: put<float>(static_cast<float>(v.as_f64())); break;
-      case ValueType::FLOAT64: put<double>(v.as_f64()); break;
-      case ValueType::BOOL: put<uint8_t>(v.as_bool() ? 1 : 0); break;
-      case ValueType::STRING: put_string(v.as_string()); break;
-      case ValueType::ARRAY: {
-        if (depth >= kMaxArrayDepth)
-          throw Error(str_cat("gguf writer: key '", key, "': arrays nested deeper than ",
-                              kMaxArrayDepth));
-        const Array& a = v.as_array();
-        put<uint32_t>(static_cast<uint32_t>(a.elem_type));
-        put<uint64_t>(a.items.size());
-        for (const Value& item : a.items) {
-          if (item.type != a.elem_type)
-            throw Error(str_cat("gguf writer: key '", key, "': array of ",
-                                value_type_name(a.elem_type), " holds a ",
-                                value_type_name(item.type)));
-          put_value(item, key, depth + 1);
-        }
-        break;
-      }
-      default:
-        throw Error(str_cat("gguf writer: key '", key, "': invalid value type ",
-                            static_cast<uint32_t>(v.type)));
+  // Encodes one value of its declared type; append_encoded refuses a payload that does not
+  // match or fit it, which the file would otherwise silently carry as a different value.
+  void put_value(const Value& v, std::string_view key) {
+    try {
+      append_encoded(v, out_);
+    } catch (const Error& e) {
+      throw Error(str_cat("gguf writer: key '", key, "': ", e.what()));
     }
   }
 
@@ -174,23 +111,26 @@ void Writer::set_bool(std::string key, bool value) {
   set(std::move(key), Value{ValueType::BOOL, value});
 }
 
+namespace {
+
+// An array of `type` from plain values, each widened as Value holds it.
+template <class T, class Widened>
+Value array_of(ValueType type, const std::vector<T>& values) {
+  std::vector<Value> items(values.size(), Value{type, Widened{}});
+  for (size_t i = 0; i < values.size(); ++i) items[i].data = Widened(values[i]);
+  return Value{ValueType::ARRAY, Array(type, items)};
+}
+
+}  // namespace
+
 void Writer::set_string_array(std::string key, const std::vector<std::string>& values) {
-  Array a{ValueType::STRING, {}};
-  a.items.reserve(values.size());
-  for (const std::string& s : values) a.items.push_back(Value{ValueType::STRING, s});
-  set(std::move(key), Value{ValueType::ARRAY, std::move(a)});
+  set(std::move(key), array_of<std::string, std::string>(ValueType::STRING, values));
 }
 void Writer::set_f32_array(std::string key, const std::vector<float>& values) {
-  Array a{ValueType::FLOAT32, {}};
-  a.items.reserve(values.size());
-  for (float x : values) a.items.push_back(Value{ValueType::FLOAT32, double{x}});
-  set(std::move(key), Value{ValueType::ARRAY, std::move(a)});
+  set(std::move(key), array_of<float, double>(ValueType::FLOAT32, values));
 }
 void Writer::set_i32_array(std::string key, const std::vector<int32_t>& values) {
-  Array a{ValueType::INT32, {}};
-  a.items.reserve(values.size());
-  for (int32_t x : values) a.items.push_back(Value{ValueType::INT32, int64_t{x}});
-  set(std::move(key), Value{ValueType::ARRAY, std::move(a)});
+  set(std::move(key), array_of<int32_t, int64_t>(ValueType::INT32, values));
 }
 
 void Writer::add_tensor(std::string name, DType dtype, std::vector<int64_t> dims,
@@ -233,7 +173,7 @@ std::vector<uint8_t> Writer::to_bytes() const {
   for (const KeyValue& kv : metadata_) {
     sink.put_string(kv.key);
     sink.put<uint32_t>(static_cast<uint32_t>(kv.value.type));
-    sink.put_value(kv.value, kv.key, 0);
+    sink.put_value(kv.value, kv.key);
   }
   uint64_t offset = 0;
   for (const PendingTensor& t : tensors_) {

@@ -21,7 +21,9 @@ class Writer {
  public:
   explicit Writer(uint32_t alignment = kDefaultAlignment);
 
-  void set(std::string key, Value value);  // replaces an existing key, keeps order
+  // Replaces an existing key, keeps order. An array read from a File keeps viewing its
+  // bytes: File::open's mapping stays alive with it, File::parse's bytes must outlive this.
+  void set(std::string key, Value value);
   void set_string(std::string key, std::string value);
   void set_u32(std::string key, uint32_t value);
   void set_i32(std::string key, int32_t value);

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <random>
+#include <string_view>
 
 #include "server/api_error.h"
 
@@ -32,7 +33,7 @@ json chunk_base(const ResponseMeta& meta) {
           {"system_fingerprint", kSystemFingerprint}};
 }
 
-json bytes_of(const std::string& piece) {
+json bytes_of(std::string_view piece) {
   json bytes = json::array();
   for (unsigned char c : piece) bytes.push_back(static_cast<int>(c));
   return bytes;
@@ -95,7 +96,7 @@ json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vec
     json toks = json::array(), lps = json::array(), tops = json::array(), offsets = json::array();
     size_t offset = text_offset_base;
     for (size_t i = 0; i < n; ++i) {
-      const std::string& piece = tokenizer.token_to_piece(tokens[i]);
+      const std::string_view piece = tokenizer.token_to_piece(tokens[i]);
       toks.push_back(piece);
       lps.push_back(logprobs[i]);
       offsets.push_back(offset);
@@ -112,11 +113,11 @@ json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vec
   }
   json content = json::array();
   for (size_t i = 0; i < n; ++i) {
-    const std::string& piece = tokenizer.token_to_piece(tokens[i]);
+    const std::string_view piece = tokenizer.token_to_piece(tokens[i]);
     json alternatives = json::array();
     if (const auto* top = top_at(i))
       for (const TokenLogprob& t : *top) {
-        const std::string& alt = tokenizer.token_to_piece(t.token);
+        const std::string_view alt = tokenizer.token_to_piece(t.token);
         alternatives.push_back({{"token", alt}, {"logprob", t.logprob}, {"bytes", bytes_of(alt)}});
       }
     content.push_back(

@@ -165,28 +165,34 @@ void Tokenizer::build_special_trie() {
 
 void Tokenizer::build_pieces() {
   const int32_t n = vocab_.n_tokens();
-  pieces_.resize(static_cast<size_t>(n));
+  // A piece is never longer than its text (decoding only shortens): one reservation.
+  size_t text_bytes = 0;
+  for (int32_t id = 0; id < n; ++id) text_bytes += vocab_.text(id).size();
+  pieces_.reserve(static_cast<size_t>(n), text_bytes, 0);
   const bool spm = vocab_.type() == VocabType::kSentencePiece;
   for (int32_t id = 0; id < n; ++id) {
     const TokenData t = vocab_.token(id);
-    std::string& piece = pieces_[static_cast<size_t>(id)];
     switch (t.type) {
       case TokenType::kControl:
       case TokenType::kUnknown:
       case TokenType::kUserDefined:
-        piece = t.text;
+        pieces_.append(t.text);
         break;
       case TokenType::kNormal:
-        piece = spm ? unescape_spaces(t.text) : unmap_bpe_text(t.text);
+        pieces_.append(spm ? unescape_spaces(t.text) : unmap_bpe_text(t.text));
         break;
-      case TokenType::kByte:
-        piece.assign(1, static_cast<char>(byte_of_byte_token(t.text)));
+      case TokenType::kByte: {
+        const char byte = static_cast<char>(byte_of_byte_token(t.text));
+        pieces_.append(std::string_view(&byte, 1));
         break;
+      }
       case TokenType::kUnused:
       case TokenType::kUndefined:
-        break;  // prints nothing, as in llama.cpp
+        pieces_.append("");  // prints nothing, as in llama.cpp
+        break;
     }
   }
+  pieces_.shrink_to_fit();
 }
 
 std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
@@ -305,15 +311,14 @@ void Tokenizer::check_id(int32_t id) const {
   }
 }
 
-const std::string& Tokenizer::token_to_piece(int32_t id, bool render_special) const {
-  static const std::string kEmpty;
+std::string_view Tokenizer::token_to_piece(int32_t id, bool render_special) const {
   check_id(id);
   if (!render_special) {
     // CONTROL and UNKNOWN tokens print only with render_special.
     const TokenType type = vocab_.token_type(id);
-    if (type == TokenType::kControl || type == TokenType::kUnknown) return kEmpty;
+    if (type == TokenType::kControl || type == TokenType::kUnknown) return {};
   }
-  return pieces_[static_cast<size_t>(id)];
+  return pieces_[id];
 }
 
 std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions& options) const {
@@ -324,9 +329,9 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
     strip_at = (ids[0] == vocab_.bos() && vocab_.bos() != Vocab::kNoToken) ? 1 : 0;
   }
   for (size_t i = 0; i < ids.size(); ++i) {
-    const std::string& piece = token_to_piece(ids[i], options.render_special);
+    const std::string_view piece = token_to_piece(ids[i], options.render_special);
     if (i == strip_at && !piece.empty() && piece[0] == ' ') {
-      out.append(piece, 1);
+      out += piece.substr(1);
     } else {
       out += piece;
     }

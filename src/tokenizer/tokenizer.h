@@ -59,8 +59,9 @@ class Tokenizer {
                               bool parse_special = true) const;
   // Throws ridge::Error on an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
-  // The bytes one token stands for (may be part of a UTF-8 character).
-  const std::string& token_to_piece(int32_t id, bool render_special = false) const;
+  // The bytes one token stands for (may be part of a UTF-8 character); the view lives as
+  // long as the Tokenizer (moving it keeps views valid).
+  std::string_view token_to_piece(int32_t id, bool render_special = false) const;
 
   int32_t bos() const { return vocab_.bos(); }  // Vocab::kNoToken when absent
   int32_t eos() const { return vocab_.eos(); }
@@ -92,9 +93,9 @@ class Tokenizer {
   std::vector<TrieNode> trie_;
   bool trie_first_byte_[256] = {};
 
-  // Decoded bytes per token (special tokens' text). One std::string each, because
-  // token_to_piece hands out references; CONTROL and UNKNOWN ones print only on request.
-  std::vector<std::string> pieces_;
+  // Decoded bytes per token id (special tokens' text), back to back in one buffer;
+  // CONTROL and UNKNOWN ones print only on request.
+  tokenizer_detail::StringTable pieces_;
 };
 
 }  // namespace ridge

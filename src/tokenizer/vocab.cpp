@@ -106,9 +106,9 @@ std::string prefix(const std::string& origin) { return origin.empty() ? "vocab: 
 const gguf::Array& typed_array(const gguf::File& file, std::string_view key,
                                const gguf::Array& array, bool (*ok)(gguf::ValueType),
                                std::string_view expected) {
-  if (!ok(array.elem_type)) {
+  if (!ok(array.elem_type())) {
     throw Error(str_cat(file.name(), ": key '", key, "' is an array of ",
-                        gguf::value_type_name(array.elem_type), ", expected ", expected));
+                        gguf::value_type_name(array.elem_type()), ", expected ", expected));
   }
   return array;
 }
@@ -145,10 +145,10 @@ class Vocab::Strings {
   explicit Strings(const std::vector<std::string>* list) : list_(list) {}
   explicit Strings(const gguf::Array* array) : array_(array) {}  // null: no strings
   size_t size() const {
-    return list_ != nullptr ? list_->size() : array_ != nullptr ? array_->items.size() : 0;
+    return list_ != nullptr ? list_->size() : array_ != nullptr ? array_->size() : 0;
   }
   std::string_view operator[](size_t i) const {
-    return list_ != nullptr ? std::string_view((*list_)[i]) : array_->items[i].as_string();
+    return list_ != nullptr ? std::string_view((*list_)[i]) : array_->string_at(i);
   }
 
  private:
@@ -206,14 +206,15 @@ Vocab Vocab::from_gguf(const gguf::File& file) {
 
   if (const gguf::Array* scores = file.find_array(kKeyScores)) {
     typed_array(file, kKeyScores, *scores, is_number_type, "numbers");
-    spec.scores.reserve(scores->items.size());
-    for (const gguf::Value& v : scores->items) spec.scores.push_back(static_cast<float>(v.as_f64()));
+    spec.scores.reserve(scores->size());
+    for (size_t i = 0; i < scores->size(); ++i)
+      spec.scores.push_back(static_cast<float>(scores->at(i).as_f64()));
   }
   if (const gguf::Array* types = file.find_array(kKeyTypes)) {
     typed_array(file, kKeyTypes, *types, is_integer_type, "integers");
-    spec.types.reserve(types->items.size());
-    for (size_t i = 0; i < types->items.size(); ++i) {
-      const int64_t t = types->items[i].as_i64();
+    spec.types.reserve(types->size());
+    for (size_t i = 0; i < types->size(); ++i) {
+      const int64_t t = types->at(i).as_i64();
       if (t < 0 || t > static_cast<int64_t>(TokenType::kByte)) {
         throw Error(str_cat(file.name(), ": ", kKeyTypes, "[", i, "] = ", t,
                             " is not a token type (0..6)"));

@@ -111,7 +111,7 @@ TEST(GgufCorpus, MetadataElementCapIsEnforced) {
     return b;
   };
   std::vector<uint8_t> at_cap = file_with_u8_array(kMaxMetadataElements);
-  EXPECT_EQ(File::parse(at_cap).get_array("many").items.size(), kMaxMetadataElements);
+  EXPECT_EQ(File::parse(at_cap).get_array("many").size(), kMaxMetadataElements);
   std::vector<uint8_t> past_cap = file_with_u8_array(kMaxMetadataElements + 1);
   try {
     File::parse(past_cap, "big");
@@ -169,8 +169,8 @@ std::vector<uint8_t> sample_with_every_type() {
   w.set_string("general.architecture", "test");
   w.set_string_array("tokens", {"a", "bb", "", "dddd"});
   w.set_f32_array("scores", {1, 2, 3});
-  Value inner{ValueType::ARRAY, Array{ValueType::INT16, {Value{ValueType::INT16, int64_t{-2}}}}};
-  w.set("nested", Value{ValueType::ARRAY, Array{ValueType::ARRAY, {inner}}});
+  Value inner{ValueType::ARRAY, Array(ValueType::INT16, {Value{ValueType::INT16, int64_t{-2}}})};
+  w.set("nested", Value{ValueType::ARRAY, Array(ValueType::ARRAY, {inner})});
   w.set("u64", Value{ValueType::UINT64, uint64_t{7}});
   w.set("f64", Value{ValueType::FLOAT64, 2.5});
   w.set_bool("flag", true);

@@ -61,13 +61,16 @@ TEST(GgufReader, Stories260KLayoutAndMetadata) {
   EXPECT_DOUBLE_EQ(f.get_f64("llama.rope.freq_base", 10000.0), 10000.0);
 
   const Array& tokens = f.get_array("tokenizer.ggml.tokens");
-  EXPECT_EQ(tokens.elem_type, ValueType::STRING);
-  ASSERT_EQ(tokens.items.size(), 512u);
-  EXPECT_EQ(tokens.items[1].as_string(), "<s>");
-  EXPECT_EQ(tokens.items[3].as_string(), "<0x00>");
+  EXPECT_EQ(tokens.elem_type(), ValueType::STRING);
+  ASSERT_EQ(tokens.size(), 512u);
+  EXPECT_EQ(tokens.string_at(1), "<s>");
+  EXPECT_EQ(tokens.string_at(3), "<0x00>");
+  EXPECT_EQ(tokens.at(3).as_string(), "<0x00>");
   const Array& types = f.get_array("tokenizer.ggml.token_type");
-  EXPECT_EQ(types.elem_type, ValueType::INT32);
-  EXPECT_EQ(types.items[0].as_i64(), 2);  // <unk> is UNKNOWN
+  EXPECT_EQ(types.elem_type(), ValueType::INT32);
+  EXPECT_EQ(types.at(0).as_i64(), 2);  // <unk> is UNKNOWN
+  EXPECT_EQ(types.at(0).type, ValueType::INT32);
+  EXPECT_THROW_WITH(types.string_at(0), "is int32 (2), expected string");
 
   const TensorInfo& embd = f.tensor("token_embd.weight");
   EXPECT_EQ(embd.n_dims, 2);
@@ -106,8 +109,8 @@ TEST(GgufReader, TinyRandomHasF16Tensors) {
   EXPECT_EQ(f.tensor("blk.0.ffn_down.weight").shape_string(), "[32, 8]");
   EXPECT_EQ(f.tensor("output_norm.weight").dtype, DType::F32);
   EXPECT_EQ(f.get_u64("general.file_type"), 1u);
-  EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").items.size(), 32000u);
-  EXPECT_EQ(f.get_array("tokenizer.ggml.scores").elem_type, ValueType::FLOAT32);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").size(), 32000u);
+  EXPECT_EQ(f.get_array("tokenizer.ggml.scores").elem_type(), ValueType::FLOAT32);
 }
 
 struct VocabCase {
@@ -135,17 +138,17 @@ TEST(GgufReader, VocabOnlyFilesHaveNoTensors) {
     EXPECT_TRUE(f.tensors().empty());
     EXPECT_EQ(f.get_string("general.architecture"), c.arch);
     EXPECT_EQ(f.get_string("tokenizer.ggml.model"), c.model);
-    EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").items.size(), c.n_vocab);
+    EXPECT_EQ(f.get_array("tokenizer.ggml.tokens").size(), c.n_vocab);
     const Array* merges = f.find_array("tokenizer.ggml.merges");
     if (c.n_merges == 0) {
       EXPECT_EQ(merges, nullptr);
     } else {
       ASSERT_NE(merges, nullptr);
-      EXPECT_EQ(merges->items.size(), c.n_merges);
+      EXPECT_EQ(merges->size(), c.n_merges);
     }
   }
   File gpt2 = File::open(kFixtures + "/vocab/ggml-vocab-gpt-2.gguf");
-  EXPECT_EQ(gpt2.get_array("tokenizer.ggml.merges").items[0].as_string(), "Ġ t");
+  EXPECT_EQ(gpt2.get_array("tokenizer.ggml.merges").string_at(0), "Ġ t");
 }
 
 TEST(GgufReader, GettersCheckPresenceAndType) {
@@ -189,10 +192,47 @@ TEST(GgufReader, ValueAccessorsCheckRange) {
   EXPECT_THROW_WITH(x.as_string(), "is float32");
 }
 
+// Arrays stay encoded in the file: strings are views into it, numbers decode from
+// unaligned bytes, and a copy of an opened file's array keeps the mapping alive.
+TEST(GgufReader, ArraysViewTheFileAndOutliveIt) {
+  Value tokens;
+  const uint8_t* file_begin = nullptr;
+  size_t file_size = 0;
+  {
+    File f = File::open(kStories);
+    const TensorInfo& embd = f.tensor("token_embd.weight");
+    file_begin = embd.data - embd.offset - f.data_offset();
+    file_size = f.file_size();
+    tokens = *f.find("tokenizer.ggml.tokens");
+  }
+  const Array& a = tokens.as_array();
+  std::string_view unk = a.string_at(0);
+  EXPECT_EQ(unk, "<unk>");
+  EXPECT_GE(reinterpret_cast<const uint8_t*>(unk.data()), file_begin);
+  EXPECT_LT(reinterpret_cast<const uint8_t*>(unk.data()), file_begin + file_size);
+  EXPECT_EQ(a.at(a.size() - 1).as_string(), a.string_at(a.size() - 1));
+
+  // A one-byte key pushes the f32 array off 4-byte alignment.
+  Writer w;
+  w.set_string("k", "x");
+  w.set_f32_array("f", {0.5f, -2.0f, 3.25f});
+  std::vector<uint8_t> bytes = w.to_bytes();
+  File f = File::parse(bytes);
+  const Array& floats = f.get_array("f");
+  EXPECT_NE(reinterpret_cast<uintptr_t>(floats.encoded().data()) % 4, 0u);
+  EXPECT_EQ(floats.at(2).as_f64(), 3.25);
+  EXPECT_EQ(floats.at(2).type, ValueType::FLOAT32);
+  EXPECT_EQ(floats.encoded().size(), 12u);
+  EXPECT_EQ(*f.find("f"), (Value{ValueType::ARRAY, Array(ValueType::FLOAT32,
+                                                          {Value{ValueType::FLOAT32, 0.5},
+                                                           Value{ValueType::FLOAT32, -2.0},
+                                                           Value{ValueType::FLOAT32, 3.25}})}));
+}
+
 TEST(GgufReader, ToStringElidesLongArrays) {
-  Array a{ValueType::INT32, {}};
-  for (int i = 0; i < 20; ++i) a.items.push_back(Value{ValueType::INT32, int64_t{i}});
-  Value v{ValueType::ARRAY, a};
+  std::vector<Value> items(20, Value{ValueType::INT32, int64_t{0}});
+  for (int i = 0; i < 20; ++i) items[i].data = int64_t{i};
+  Value v{ValueType::ARRAY, Array(ValueType::INT32, items)};
   EXPECT_EQ(v.to_string(3), "[0, 1, 2, ... (20 items)]");
   EXPECT_EQ((Value{ValueType::STRING, std::string("a\"b\n")}).to_string(), "\"a\\\"b\\n\"");
   EXPECT_EQ((Value{ValueType::BOOL, false}).to_string(), "false");

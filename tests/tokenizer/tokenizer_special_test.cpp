@@ -1,6 +1,8 @@
 // Special tokens, BOS/EOS rules, pieces for streaming and decode options.
 #include <gtest/gtest.h>
 
+#include <optional>
+#include <string_view>
 #include <thread>
 
 #include "tokenizer_fixtures.h"
@@ -138,6 +140,24 @@ TEST(Pieces, ByteTokensAreRawBytes) {
   const Tokenizer& gpt2 = test::fixture_tokenizer("gpt-2");
   EXPECT_EQ(gpt2.token_to_piece(gpt2.vocab().find("Ġthe")), " the");
   EXPECT_EQ(gpt2.token_to_piece(gpt2.vocab().find("Ċ")), "\n");
+}
+
+// Pieces are views into one buffer the Tokenizer owns; moving the Tokenizer keeps them.
+// The GGUF file may close first: nothing the Tokenizer hands out points into it.
+TEST(Pieces, ViewsOutliveTheFileAndSurviveAMove) {
+  std::optional<Tokenizer> tok;
+  {
+    const gguf::File file = gguf::File::open(test::vocab_dir() + "/ggml-vocab-llama-spm.gguf");
+    tok.emplace(Tokenizer::from_gguf(file));
+  }
+  const std::string_view the = tok->token_to_piece(278);
+  const std::string_view byte = tok->token_to_piece(13);
+  Tokenizer moved = std::move(*tok);
+  tok.reset();
+  EXPECT_EQ(the, " the");
+  EXPECT_EQ(byte, "\n");
+  EXPECT_EQ(moved.token_to_piece(278).data(), the.data());
+  EXPECT_EQ(moved.decode(moved.encode("the cat")), "the cat");
 }
 
 TEST(Decode, StripsOnlyTheDummyPrefix) {

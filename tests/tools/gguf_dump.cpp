@@ -35,8 +35,8 @@ ordered_json to_json(const Value& v) {
     case ValueType::ARRAY: {
       const ridge::gguf::Array& a = v.as_array();
       ordered_json items = ordered_json::array();
-      for (const Value& item : a.items) items.push_back(to_json(item));
-      return ordered_json{{"elem_type", ridge::gguf::value_type_name(a.elem_type)},
+      for (size_t i = 0; i < a.size(); ++i) items.push_back(to_json(a.at(i)));
+      return ordered_json{{"elem_type", ridge::gguf::value_type_name(a.elem_type())},
                           {"items", std::move(items)}};
     }
   }

@@ -21,7 +21,7 @@ using ridge::gguf::Value;
 using ridge::gguf::ValueType;
 
 Value array_of(ValueType elem, std::vector<Value> items) {
-  return Value{ValueType::ARRAY, Array{elem, std::move(items)}};
+  return Value{ValueType::ARRAY, Array(elem, items)};
 }
 
 template <class T>
