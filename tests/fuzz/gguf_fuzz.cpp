@@ -43,6 +43,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     File f = File::parse(std::span<const uint8_t>(data, size), "fuzz");
     volatile uint32_t sink = touch(f);
     (void)sink;
+    // A legal but huge general.alignment (2^28) makes the writer pad the header and
+    // the data to it: hundreds of MB per input, past the fuzzer's RSS limit. The reader
+    // has handled the input by now; the round trip is checked for sane alignments.
+    if (f.alignment() > (1u << 16)) return 0;
     std::vector<uint8_t> once;
     try {
       once = rewrite(f);
