@@ -84,7 +84,9 @@ void ThreadPool::do_share(int thread) {
 
 void ThreadPool::run(int64_t n, int64_t grain, void* fn, Trampoline call) {
   if (n <= 0) return;
-  if (tls_in_job || n_threads_ == 1) {
+  // One dynamic chunk has no one to share with: run it here rather than wake the workers
+  // (the caller would otherwise wait for whichever thread took it).
+  if (tls_in_job || n_threads_ == 1 || (grain > 0 && n <= grain)) {
     call(fn, 0, n, tls_in_job ? tls_thread : 0);
     return;
   }

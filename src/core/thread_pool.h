@@ -42,7 +42,8 @@ class ThreadPool {
 
   // Like parallel_for, but threads take chunks of `grain` indices from a shared counter:
   // for work items of uneven cost (causal attention). Chunk order over threads is
-  // unspecified; every index is still covered exactly once.
+  // unspecified; every index is still covered exactly once. A job of one chunk
+  // (n <= grain) runs on the caller as thread 0 without waking the workers.
   template <class Fn>
   void parallel_for_dynamic(int64_t n, int64_t grain, Fn&& fn) {
     run(n, grain < 1 ? 1 : grain, const_cast<void*>(static_cast<const void*>(&fn)),

@@ -25,7 +25,7 @@ struct Shape {
   int64_t n_head, n_kv_head, n_rep, d_head, block_size, n_blocks;
 };
 
-// A partial (or running) softmax state for the n_rep heads of a group.
+// A partial (or running) softmax state for the heads of an item (at most n_rep).
 struct Partial {
   float* acc;  // [n_rep][d_head] unnormalized output
   float* max;  // [n_rep] running max
@@ -38,10 +38,10 @@ Partial partial_at(float* base, const Shape& s) {
   return Partial{base, base + s.n_rep * s.d_head, base + s.n_rep * s.d_head + s.n_rep};
 }
 
-void clear(const Partial& p, const Shape& s) {
-  std::fill(p.acc, p.acc + s.n_rep * s.d_head, 0.0f);
-  std::fill(p.max, p.max + s.n_rep, -INFINITY);
-  std::fill(p.sum, p.sum + s.n_rep, 0.0f);
+void clear(const Partial& p, const Shape& s, int64_t n_heads) {
+  std::fill(p.acc, p.acc + n_heads * s.d_head, 0.0f);
+  std::fill(p.max, p.max + n_heads, -INFINITY);
+  std::fill(p.sum, p.sum + n_heads, 0.0f);
 }
 
 // Per-thread scratch carved for one item: the running total, one chunk's partial, one
@@ -100,17 +100,27 @@ AttentionOps ops_for(Isa isa) {
   return {attention_scores_scalar, attention_exp_sum_scalar, attention_accumulate_scalar};
 }
 
-// One query token against one KV head (its group of n_rep query heads) over the keys of
-// one chunk, [j_begin, j_end): walks them block by block; per block, scores all keys,
-// rescales the accumulators once (not once per key) and adds p * V. `out` is cleared first.
+// Items are (sequence, token, kv head, query heads [r0, r0 + n_heads) of the group) in
+// order. An item is usually the whole group; when items are fewer than threads (decode
+// of one sequence over few KV heads) the group is cut into parts. Each head's arithmetic
+// is the same either way, so the cut does not change any bits.
+struct ItemRef {
+  const AttentionSequence* seq;
+  int64_t t, g, r0, n_heads;
+};
+
+// One item over the keys of one chunk, [j_begin, j_end): walks them block by block; per
+// block, scores all keys, rescales the accumulators once (not once per key) and adds
+// p * V. `out` is cleared first.
 template <class T>
-void chunk_partial(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int64_t t, int64_t g, const Shape& s,
-                   const AttentionParams& params, int64_t j_begin, int64_t j_end, const Partial& out,
-                   const ItemScratch& it, const AttentionOps& ops) {
+void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
+                   int64_t j_begin, int64_t j_end, const Partial& out, const ItemScratch& it, const AttentionOps& ops) {
+  const AttentionSequence& seq = *item.seq;
+  const int64_t t = item.t, g = item.g, n_heads = item.n_heads;
   const int64_t pos = seq.q_pos[t];
   const int64_t row_stride = s.n_kv_head * s.d_head;
-  const float* q = seq.q + (t * s.n_head + g * s.n_rep) * s.d_head;  // [n_rep][d_head]
-  clear(out, s);
+  const float* q = seq.q + (t * s.n_head + g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
+  clear(out, s, n_heads);
 
   for (int64_t j0 = j_begin; j0 < j_end;) {
     const int64_t table_index = j0 / s.block_size;
@@ -126,14 +136,14 @@ void chunk_partial(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int6
     const T* v_rows = kv.v + first_row * row_stride + g * s.d_head;
 
     if constexpr (std::is_same_v<T, float>) {
-      ops.scores(q, s.n_rep, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
+      ops.scores(q, n_heads, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
     } else {
       for (int64_t jj = 0; jj < count; ++jj) {
         const float* k = as_float_row(k_rows + jj * row_stride, it.row, s.d_head);
-        ops.scores(q, s.n_rep, s.d_head, k, 0, 1, params.scale, it.scores + jj, s.block_size);
+        ops.scores(q, n_heads, s.d_head, k, 0, 1, params.scale, it.scores + jj, s.block_size);
       }
     }
-    for (int64_t r = 0; r < s.n_rep; ++r) {
+    for (int64_t r = 0; r < n_heads; ++r) {
       float* scores = it.scores + r * s.block_size;
       if (params.softcap > 0)
         for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / params.softcap) * params.softcap;
@@ -150,11 +160,11 @@ void chunk_partial(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int6
       out.sum[r] += ops.exp_sum(scores, count, new_max);
     }
     if constexpr (std::is_same_v<T, float>) {
-      ops.accumulate(it.scores, s.block_size, s.n_rep, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
+      ops.accumulate(it.scores, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
     } else {
       for (int64_t jj = 0; jj < count; ++jj) {
         const float* v = as_float_row(v_rows + jj * row_stride, it.row, s.d_head);
-        ops.accumulate(it.scores + jj, s.block_size, s.n_rep, v, 0, 1, s.d_head, out.acc, s.d_head);
+        ops.accumulate(it.scores + jj, s.block_size, n_heads, v, 0, 1, s.d_head, out.acc, s.d_head);
       }
     }
     j0 = j1;
@@ -162,8 +172,8 @@ void chunk_partial(const PagedKvLayer<T>& kv, const AttentionSequence& seq, int6
 }
 
 // total <- total (+) part, the online-softmax merge of two disjoint key ranges.
-void merge(const Partial& total, const Partial& part, const Shape& s) {
-  for (int64_t r = 0; r < s.n_rep; ++r) {
+void merge(const Partial& total, const Partial& part, const Shape& s, int64_t n_heads) {
+  for (int64_t r = 0; r < n_heads; ++r) {
     const float new_max = std::max(total.max[r], part.max[r]);
     const float a = std::exp(total.max[r] - new_max);  // 0 while total is empty
     const float b = std::exp(part.max[r] - new_max);
@@ -175,9 +185,9 @@ void merge(const Partial& total, const Partial& part, const Shape& s) {
   }
 }
 
-void write_output(const Partial& total, const AttentionSequence& seq, int64_t t, int64_t g, const Shape& s) {
-  float* out = seq.out + (t * s.n_head + g * s.n_rep) * s.d_head;
-  for (int64_t r = 0; r < s.n_rep; ++r) {
+void write_output(const Partial& total, const ItemRef& item, const Shape& s) {
+  float* out = item.seq->out + (item.t * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;
+  for (int64_t r = 0; r < item.n_heads; ++r) {
     const float inv_sum = 1.0f / total.sum[r];  // sum >= 1: the max key contributes exp(0)
     for (int64_t d = 0; d < s.d_head; ++d) out[r * s.d_head + d] = total.acc[r * s.d_head + d] * inv_sum;
   }
@@ -197,26 +207,20 @@ void chunk_range(int64_t first, int64_t last, int64_t c, int64_t* begin, int64_t
   *end = std::min(last + 1, (c + 1) * kChunkKeys);
 }
 
-// Items are (sequence, token, kv head) in order.
-struct ItemRef {
-  const AttentionSequence* seq;
-  int64_t t, g;
-};
-
 // One whole item on one thread: its chunks in order, merged as they come.
 template <class T>
 void attend_item(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
                  const ItemScratch& it, const AttentionOps& ops) {
   int64_t first, last;
   visible_keys(*item.seq, item.t, params, &first, &last);
-  clear(it.total, s);
+  clear(it.total, s, item.n_heads);
   for (int64_t c = first / kChunkKeys; c <= last / kChunkKeys; ++c) {
     int64_t begin, end;
     chunk_range(first, last, c, &begin, &end);
-    chunk_partial(kv, *item.seq, item.t, item.g, s, params, begin, end, it.chunk, it, ops);
-    merge(it.total, it.chunk, s);
+    chunk_partial(kv, item, s, params, begin, end, it.chunk, it, ops);
+    merge(it.total, it.chunk, s, item.n_heads);
   }
-  write_output(it.total, *item.seq, item.t, item.g, s);
+  write_output(it.total, item, s);
 }
 
 // Few items and long contexts (decode of one or two sequences): the chunks of every item
@@ -241,25 +245,49 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
   const Shape s{n_head, kv.n_kv_head, n_head / kv.n_kv_head, kv.d_head, kv.block_size, kv.n_blocks};
   scratch.require(pool.n_threads(), attention_scratch_floats(n_head, kv.n_kv_head, kv.d_head, kv.block_size),
                   "attention");
-  int64_t n_items = 0;
+  int64_t n_groups = 0;  // (sequence, token, kv head) triples
   for (size_t i = 0; i < sequences.size(); ++i) {
     check_sequence(sequences[i], i, s);
-    n_items += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
+    n_groups += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
   }
+  const int64_t n_threads = pool.n_threads();
   const AttentionOps ops = ops_for(isa);
-  auto item_at = [&](int64_t item) {
+  // Group `group` of the call: its sequence, token and KV head.
+  auto group_at = [&](int64_t group) {
     size_t seq_index = 0;
     for (;;) {
-      const int64_t seq_items = std::max<int64_t>(0, sequences[seq_index].n_q) * s.n_kv_head;
-      if (item < seq_items) break;
-      item -= seq_items;
+      const int64_t seq_groups = std::max<int64_t>(0, sequences[seq_index].n_q) * s.n_kv_head;
+      if (group < seq_groups) break;
+      group -= seq_groups;
       ++seq_index;
     }
-    return ItemRef{&sequences[seq_index], item / s.n_kv_head, item % s.n_kv_head};
+    return ItemRef{&sequences[seq_index], group / s.n_kv_head, group % s.n_kv_head, 0, s.n_rep};
+  };
+  // Fewer groups than threads, and too few key chunks to go round (short contexts): cut
+  // each group's query heads into parts. Chunks are preferred when there are enough:
+  // each thread then reads only its share of K/V, where a part reads all of it.
+  int64_t n_parts = 1;
+  if (n_groups > 0 && n_groups < n_threads) {
+    int64_t n_chunks = 0;
+    for (int64_t group = 0; group < n_groups; ++group) {
+      const ItemRef item = group_at(group);
+      int64_t first, last;
+      visible_keys(*item.seq, item.t, params, &first, &last);
+      n_chunks += last / kChunkKeys - first / kChunkKeys + 1;
+    }
+    if (n_chunks < n_threads) n_parts = std::min(s.n_rep, (n_threads + n_chunks - 1) / n_chunks);
+  }
+  const int64_t n_items = n_groups * n_parts;
+  auto item_at = [&](int64_t item) {
+    ItemRef ref = group_at(item / n_parts);
+    const int64_t part = item % n_parts;
+    ref.r0 = s.n_rep * part / n_parts;
+    ref.n_heads = s.n_rep * (part + 1) / n_parts - ref.r0;
+    return ref;
   };
 
   // Split path: fewer items than threads, more chunks than items, and room for the partials.
-  if (n_items > 0 && n_items < pool.n_threads() && n_items <= kMaxSplitItems) {
+  if (n_items > 0 && n_items < n_threads && n_items <= kMaxSplitItems) {
     ItemRef items[kMaxSplitItems];
     int64_t first_chunk[kMaxSplitItems], unit_begin[kMaxSplitItems + 1];
     unit_begin[0] = 0;
@@ -282,16 +310,16 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
           int64_t first, last, k_begin, k_end;
           visible_keys(*items[i].seq, items[i].t, params, &first, &last);
           chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
-          chunk_partial(kv, *items[i].seq, items[i].t, items[i].g, s, params, k_begin, k_end,
-                        partial_at(partials + u * partial_floats(s), s), it, ops);
+          chunk_partial(kv, items[i], s, params, k_begin, k_end, partial_at(partials + u * partial_floats(s), s), it,
+                        ops);
         }
       });
       const ItemScratch it = carve(scratch.thread_data(0), s);
       for (int64_t i = 0; i < n_items; ++i) {
-        clear(it.total, s);
+        clear(it.total, s, items[i].n_heads);
         for (int64_t u = unit_begin[i]; u < unit_begin[i + 1]; ++u)
-          merge(it.total, partial_at(partials + u * partial_floats(s), s), s);
-        write_output(it.total, *items[i].seq, items[i].t, items[i].g, s);
+          merge(it.total, partial_at(partials + u * partial_floats(s), s), s, items[i].n_heads);
+        write_output(it.total, items[i], s);
       }
       return;
     }

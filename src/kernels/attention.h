@@ -2,9 +2,11 @@
 // (query token, KV head) item walks the sequence's blocks once, keeping a running max
 // and running sum per query head (online softmax), with the query heads that share the
 // KV head (GQA group) processed together so each K/V row is loaded once per group.
-// Keys are taken in chunks of 256 positions whose partial softmaxes merge in order, so
-// when a step has fewer items than threads (decode of one sequence) the chunks of one
-// item run on several threads and give the same bits as one thread would.
+// When a step has fewer (token, KV head) items than threads (decode of one sequence),
+// each GQA group's query heads are cut into parts, one item each. Keys are taken in
+// chunks of 256 positions whose partial softmaxes merge in order, so when items are
+// still fewer than threads the chunks of one item run on several threads. Either way a
+// head's output has the same bits as one thread would give.
 //
 //   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
 //   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
@@ -55,9 +57,10 @@ size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_hea
                                 int64_t block_size);
 
 // Causal (key j <= q_pos) attention, with the optional sliding window, for every token of
-// every sequence; parallel over (sequence, query token, KV head) items, or over their
-// 256-key chunks when items are fewer than threads (partials in scratch.shared_data();
-// without room there it stays per item). A token's output
+// every sequence; parallel over (sequence, query token, KV head) items (cut into parts
+// of the group's query heads when fewer than threads), or over their 256-key chunks when
+// items are still fewer than threads (partials in scratch.shared_data(); without room
+// there it stays per item). A token's output
 // depends only on its own q and its sequence's cache, not on the rest of the batch.
 // Throws ridge::Error for inconsistent shapes, a position outside [0, n_kv), a short
 // block table, or a block id that is out of range or recycled (< 0) yet inside a

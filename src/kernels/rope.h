@@ -8,6 +8,7 @@
 //   rope(q, pos, n_tokens, n_head, d_head, p);    // q: [n_tokens][n_head][d_head]
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 namespace ridge::kernels {
@@ -29,6 +30,15 @@ constexpr int64_t kMaxRopeDims = 1024;
 //   pos: [n_tokens] absolute positions       token_stride 0 means n_head * d_head
 void rope(float* x, const int32_t* pos, int64_t n_tokens, int64_t n_head, int64_t d_head,
           const RopeParams& params, int64_t token_stride = 0);
+
+// The same rotation in two steps, so one step's angles serve q and k of every layer that
+// shares the params: rope_table computes cos and sin of every pair for each token, and
+// rope_apply rotates with them. rope_table + rope_apply gives rope's bits.
+//   table: [n_tokens][2][n_rot / 2], each token's cosines then its sines
+size_t rope_table_floats(int64_t n_tokens, const RopeParams& params);
+void rope_table(const int32_t* pos, int64_t n_tokens, const RopeParams& params, float* table);
+void rope_apply(float* x, const float* table, int64_t n_tokens, int64_t n_head, int64_t d_head,
+                const RopeParams& params, int64_t token_stride = 0);
 
 // Reference for tests: the direct formula per element, in double.
 void rope_reference(float* x, const int32_t* pos, int64_t n_tokens, int64_t n_head, int64_t d_head,

@@ -35,6 +35,16 @@ Model::Model(gguf::File file, const ModelOptions& options)
   up_.resize(t * c.n_ff);
   final_.resize(t * c.n_embd);
   attention_items_.reserve(t);
+  for (const LayerConfig& l : c.layers) {
+    const kernels::RopeParams p{c.rope_mode, c.n_rot, l.rope_base, l.rope_scale};
+    auto same = [&](const kernels::RopeParams& q) {
+      return q.freq_base == p.freq_base && q.freq_scale == p.freq_scale;
+    };
+    const auto found = std::find_if(rope_params_.begin(), rope_params_.end(), same);
+    layer_rope_.push_back(static_cast<int>(found - rope_params_.begin()));
+    if (found == rope_params_.end()) rope_params_.push_back(p);
+  }
+  rope_tables_.resize(rope_params_.size() * t * c.n_rot);
 
   size_t floats = kernels::matmul_scratch_floats(weights_.output);
   size_t shared = kernels::matmul_shared_bytes(weights_.output, options_.max_batch_tokens);
@@ -107,6 +117,10 @@ void Model::forward(const Batch& b, KvCache& cache, float* logits) {
     if (c.embd_scale != 1.0f) kernels::scale(row, c.n_embd, c.embd_scale);
   }
 
+  // This step's RoPE angles, one table per distinct layer setting.
+  for (size_t i = 0; i < rope_params_.size(); ++i)
+    kernels::rope_table(b.positions.data(), n, rope_params_[i], rope_table(static_cast<int>(i)));
+
   for (int il = 0; il < c.n_layer; ++il) {
     attention_layer(il, b, cache, n);
     mlp_layer(il, n);
@@ -149,9 +163,9 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
     kernels::rms_norm(q_.data(), w.q_norm, q_.data(), int64_t{n} * c.n_head, c.d_head, c.norm_eps);
     kernels::rms_norm(k_.data(), w.k_norm, k_.data(), int64_t{n} * c.n_kv_head, c.d_head, c.norm_eps);
   }
-  const kernels::RopeParams rope{c.rope_mode, c.n_rot, lc.rope_base, lc.rope_scale};
-  kernels::rope(q_.data(), b.positions.data(), n, c.n_head, c.d_head, rope);
-  kernels::rope(k_.data(), b.positions.data(), n, c.n_kv_head, c.d_head, rope);
+  const kernels::RopeParams& rope = rope_params_[layer_rope_[il]];
+  kernels::rope_apply(q_.data(), rope_table(layer_rope_[il]), n, c.n_head, c.d_head, rope);
+  kernels::rope_apply(k_.data(), rope_table(layer_rope_[il]), n, c.n_kv_head, c.d_head, rope);
 
   // Store the new K/V rows in the cache, then attend over each sequence's blocks.
   const int g = cache.group_of_layer(il);

@@ -57,6 +57,9 @@ class Model {
   void validate(const Batch& batch, const KvCache& cache) const;
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
   void mlp_layer(int il, int32_t n_tokens);
+  float* rope_table(int index) {
+    return rope_tables_.data() + static_cast<size_t>(index) * options_.max_batch_tokens * config_.n_rot;
+  }
 
   gguf::File file_;
   ModelOptions options_;
@@ -76,6 +79,12 @@ class Model {
   std::vector<float> up_;      // [n_tokens][n_ff]
   std::vector<float> final_;   // [n_tokens][n_embd] rows that need logits
   std::vector<kernels::AttentionSequence> attention_items_;  // one per batch sequence
+
+  // RoPE angles: computed once per step for each distinct layer setting (Gemma 3 has a
+  // local and a global one), then applied to q and k of every layer that uses it.
+  std::vector<kernels::RopeParams> rope_params_;  // distinct settings over the layers
+  std::vector<int> layer_rope_;                   // [n_layer] index into rope_params_
+  std::vector<float> rope_tables_;                // [rope_params_.size()][max_batch_tokens][n_rot]
 };
 
 }  // namespace ridge

@@ -301,35 +301,46 @@ TEST(AttentionInnerLoops, Avx2MatchesScalar) {
   }
 }
 
-// A long-context decode token is split over threads (few items); the same token among
-// enough others is not. Both must give the same bits, and match the reference.
+// A decode token is split over threads (few items): its group's query heads cut into
+// parts, and for long contexts its key chunks spread too. The same token among enough
+// others is not split. Both must give the same bits, and match the reference.
 TEST(Attention, SplitAcrossThreadsEqualsUnsplit) {
-  Case c;
-  c.n_head = 4;
-  c.n_kv_head = 1;
-  c.d_head = 64;
-  c.n_kv = 1100;
-  c.n_q = 1;
-  PagedSequence s = make_sequence(c, 77);
-  const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
-  for (Isa isa : {Isa::kScalar, best_isa()}) {
-    ThreadPool pool(3);
-    Scratch scratch(3, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
-    scratch.reserve_shared(size_t{1} << 20);
-    std::vector<float> alone(s.q.size()), crowd(s.q.size() * 4);
-    const AttentionSequence one{s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, alone.data()};
-    attention_isa(kv, std::span<const AttentionSequence>(&one, 1), c.n_head, params_of(c), pool, scratch, isa);
-    // Four copies of the token: four items, no split.
-    std::vector<AttentionSequence> many;
-    for (int i = 0; i < 4; ++i)
-      many.push_back({s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, crowd.data() + i * s.q.size()});
-    attention_isa(kv, std::span<const AttentionSequence>(many), c.n_head, params_of(c), pool, scratch, isa);
-    for (int i = 0; i < 4; ++i)
-      for (size_t e = 0; e < alone.size(); ++e) ASSERT_EQ(alone[e], crowd[i * s.q.size() + e]) << "copy " << i;
-    std::vector<float> want(s.q.size());
-    attention_reference(s.q.data(), s.q_pos.data(), 1, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
-                        c.d_head, params_of(c), want.data());
-    for (size_t e = 0; e < want.size(); ++e) ASSERT_TRUE(close(alone[e], want[e])) << e;
+  struct Split {
+    int64_t n_head, n_kv;
+    int threads;
+  };
+  // Long contexts: key chunks only. Short ones (one chunk): head parts, 1, 1, 2 heads on
+  // 3 threads. In between: parts whose chunks are split too. One head: nothing to cut.
+  for (const Split& split : {Split{4, 1100, 3}, Split{3, 300, 2}, Split{4, 100, 2}, Split{4, 100, 3},
+                             Split{2, 300, 4}, Split{4, 300, 3}, Split{1, 100, 3}}) {
+    Case c;
+    c.n_head = split.n_head;
+    c.n_kv_head = 1;
+    c.d_head = 64;
+    c.n_kv = split.n_kv;
+    c.n_q = 1;
+    SCOPED_TRACE(::testing::Message() << "n_head " << c.n_head << " n_kv " << c.n_kv << " threads " << split.threads);
+    PagedSequence s = make_sequence(c, 77);
+    const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+    for (Isa isa : {Isa::kScalar, best_isa()}) {
+      ThreadPool pool(split.threads);
+      Scratch scratch(split.threads, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
+      scratch.reserve_shared(size_t{1} << 20);
+      std::vector<float> alone(s.q.size()), crowd(s.q.size() * 4);
+      const AttentionSequence one{s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, alone.data()};
+      attention_isa(kv, std::span<const AttentionSequence>(&one, 1), c.n_head, params_of(c), pool, scratch, isa);
+      // Four copies of the token: four items, no split.
+      std::vector<AttentionSequence> many;
+      for (int i = 0; i < 4; ++i)
+        many.push_back({s.q.data(), s.q_pos.data(), 1, s.table, c.n_kv, crowd.data() + i * s.q.size()});
+      attention_isa(kv, std::span<const AttentionSequence>(many), c.n_head, params_of(c), pool, scratch, isa);
+      for (int i = 0; i < 4; ++i)
+        for (size_t e = 0; e < alone.size(); ++e) ASSERT_EQ(alone[e], crowd[i * s.q.size() + e]) << "copy " << i;
+      std::vector<float> want(s.q.size());
+      attention_reference(s.q.data(), s.q_pos.data(), 1, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
+                          c.d_head, params_of(c), want.data());
+      for (size_t e = 0; e < want.size(); ++e) ASSERT_TRUE(close(alone[e], want[e])) << e;
+    }
   }
 }
 

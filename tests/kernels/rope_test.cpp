@@ -109,12 +109,38 @@ TEST(Rope, TokenStrideSkipsInterleavedData) {
   }
 }
 
+// The two-step form the model uses (one table per step, applied to q and k of every
+// layer) must give rope's bits in both layouts, with partial dims and a token stride.
+TEST(Rope, TableThenApplyEqualsRope) {
+  const std::vector<int32_t> pos = {0, 1, 17, 4095, 32767};
+  const int64_t n_tokens = 5, n_head = 3;
+  for (const RopeCase& c : {RopeCase{RopeMode::Norm, 64, 64, 10000.0f, 1.0f},
+                            RopeCase{RopeMode::Neox, 256, 256, 1000000.0f, 0.125f},
+                            RopeCase{RopeMode::Norm, 48, 16, 10000.0f, 1.0f},
+                            RopeCase{RopeMode::Neox, 48, 32, 500000.0f, 0.5f}}) {
+    const RopeParams params{c.mode, c.n_rot, c.base, c.scale};
+    for (int64_t stride : {int64_t{0}, n_head * c.d_head + 7}) {
+      const int64_t row = stride == 0 ? n_head * c.d_head : stride;
+      const auto x0 = random_floats(n_tokens * row, 15);
+      auto direct = x0, two_step = x0;
+      rope(direct.data(), pos.data(), n_tokens, n_head, c.d_head, params, stride);
+      std::vector<float> table(rope_table_floats(n_tokens, params), -1.0f);
+      rope_table(pos.data(), n_tokens, params, table.data());
+      rope_apply(two_step.data(), table.data(), n_tokens, n_head, c.d_head, params, stride);
+      EXPECT_EQ(two_step, direct) << "mode " << int(c.mode) << " n_rot " << c.n_rot << " stride " << stride;
+    }
+  }
+}
+
 TEST(Rope, RejectsBadRotaryDims) {
   std::vector<float> x(64);
   const int32_t pos[1] = {1};
   EXPECT_THROW(rope(x.data(), pos, 1, 1, 64, RopeParams{RopeMode::Norm, 63, 1e4f, 1.0f}), Error);
   EXPECT_THROW(rope(x.data(), pos, 1, 1, 64, RopeParams{RopeMode::Norm, 66, 1e4f, 1.0f}), Error);
   EXPECT_THROW(rope(x.data(), pos, 1, 1, 64, RopeParams{RopeMode::Norm, 0, 1e4f, 1.0f}), Error);
+  std::vector<float> table(66);
+  EXPECT_THROW(rope_table(pos, 1, RopeParams{RopeMode::Norm, 63, 1e4f, 1.0f}, table.data()), Error);
+  EXPECT_THROW(rope_apply(x.data(), table.data(), 1, 1, 64, RopeParams{RopeMode::Norm, 66, 1e4f, 1.0f}), Error);
 }
 
 }  // namespace

@@ -67,6 +67,24 @@ TEST(ThreadPool, CallerIsThreadZeroAndWorkersAreDistinctThreads) {
   EXPECT_NE(ids[1], ids[2]);
 }
 
+TEST(ThreadPool, OneDynamicChunkRunsOnTheCaller) {
+  ThreadPool pool(3);
+  for (int64_t n : {1, 5}) {
+    std::thread::id ran_on;
+    int thread_index = -1, calls = 0;
+    pool.parallel_for_dynamic(n, 5, [&](int64_t begin, int64_t end, int thread) {
+      ran_on = std::this_thread::get_id();
+      thread_index = thread;
+      ++calls;
+      EXPECT_EQ(begin, 0);
+      EXPECT_EQ(end, n);
+    });
+    EXPECT_EQ(calls, 1);
+    EXPECT_EQ(thread_index, 0);
+    EXPECT_EQ(ran_on, std::this_thread::get_id());
+  }
+}
+
 TEST(ThreadPool, ManyBackToBackJobsComplete) {
   // Alternates spinning and sleeping workers: a zero spin budget forces the futex path.
   for (auto spin : {std::chrono::microseconds(0), std::chrono::microseconds(50)}) {
