@@ -368,6 +368,26 @@ inline __m128i scales_mins_k4(const uint8_t* packed) {
   return _mm_setr_epi32(static_cast<int>(s_lo), static_cast<int>(s_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
 }
 
+// Panel K-quant sums for tokens t < T of block b: isum[t] += sum_g scale_g * dot_g over
+// kGroups groups of 256 / kGroups elements, the weight vectors and int32 scale vectors
+// of the groups stored in order from w and scales.
+template <int T, int kGroups>
+inline void add_scaled_group_dots(const uint8_t* w, const uint8_t* scales, const BlockQ8_K* const (&y)[T], int64_t b,
+                                  __m512i (&isum)[T]) {
+  constexpr int kDwords = kQK_K / kGroups / 4;
+  for (int g = 0; g < kGroups; ++g) {
+    __m512i dot[T];
+    for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
+    for (int k = 0; k < kDwords; ++k) {
+      const __m512i wv = _mm512_load_si512(w + 64 * (kDwords * g + k));
+      for (int t = 0; t < T; ++t)
+        dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast32(y[t][b].qs + 4 * (kDwords * g + k)));
+    }
+    const __m512i sc = _mm512_load_si512(scales + 64 * g);
+    for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
+  }
+}
+
 template <bool kFifthBit>
 struct QK4 {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
@@ -506,19 +526,10 @@ struct QK4 {
       const uint8_t* blk = panel + b * kPanelBlock;
       __m512i isum[T], imin[T];
       for (int t = 0; t < T; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
+      add_scaled_group_dots<T, 8>(blk, blk + kScales, y, b, isum);
       for (int s = 0; s < 8; ++s) {
-        __m512i dot[T];
-        for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
-        for (int g = 0; g < 8; ++g) {
-          const __m512i wv = _mm512_load_si512(blk + 64 * (8 * s + g));
-          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast32(y[t][b].qs + 32 * s + 4 * g));
-        }
-        const __m512i sc = _mm512_load_si512(blk + kScales + 64 * s);
         const __m512i mn = _mm512_load_si512(blk + kMins + 64 * s);
-        for (int t = 0; t < T; ++t) {
-          isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
-          imin[t] = _mm512_dpwssd_epi32(imin[t], mn, bcast32(y[t][b].bsums + 2 * s));
-        }
+        for (int t = 0; t < T; ++t) imin[t] = _mm512_dpwssd_epi32(imin[t], mn, bcast32(y[t][b].bsums + 2 * s));
       }
       const __m512 dv = _mm512_load_ps(blk + kD), dminv = _mm512_load_ps(blk + kDmin);
       for (int t = 0; t < T; ++t) {
@@ -646,16 +657,7 @@ struct Q6K {
       const uint8_t* blk = panel + b * kPanelBlock;
       __m512i isum[T], off[T];
       for (int t = 0; t < T; ++t) isum[t] = off[t] = _mm512_setzero_si512();
-      for (int g = 0; g < 16; ++g) {
-        __m512i dot[T];
-        for (int t = 0; t < T; ++t) dot[t] = _mm512_setzero_si512();
-        for (int k = 0; k < 4; ++k) {
-          const __m512i wv = _mm512_load_si512(blk + 64 * (4 * g + k));
-          for (int t = 0; t < T; ++t) dot[t] = _mm512_dpbusd_epi32(dot[t], wv, bcast32(y[t][b].qs + 16 * g + 4 * k));
-        }
-        const __m512i sc = _mm512_load_si512(blk + kScales + 64 * g);
-        for (int t = 0; t < T; ++t) isum[t] = _mm512_add_epi32(isum[t], _mm512_mullo_epi32(dot[t], sc));
-      }
+      add_scaled_group_dots<T, 16>(blk, blk + kScales, y, b, isum);
       for (int i = 0; i < 8; ++i) {
         const __m512i pr = _mm512_load_si512(blk + kPairs + 64 * i);
         for (int t = 0; t < T; ++t) off[t] = _mm512_dpwssd_epi32(off[t], pr, bcast32(y[t][b].bsums + 2 * i));
