@@ -31,28 +31,6 @@ namespace ridge::kernels {
 namespace {
 // ---- K-quants against Q8_K activations -----------------------------------------------
 
-// Shuffle controls that broadcast int16 lane g of a 128-bit lane to all 8 lanes.
-inline __m256i broadcast_word(__m256i v, int g) {
-  const char lo = static_cast<char>(2 * g), hi = static_cast<char>(2 * g + 1);
-  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
-                                                  hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
-}
-
-// The 8 six-bit scales (as int16 in both 128-bit lanes) and the 8 mins, each twice
-// (16 int16, matching the 16 bsums) of a Q4_K/Q5_K block.
-inline void unpack_k4_scales(const uint8_t* packed, __m256i* scales, __m256i* mins_twice) {
-  uint32_t u[3];
-  std::memcpy(u, packed, sizeof(u));
-  const uint32_t scale_lo = u[0] & 0x3f3f3f3fu;
-  const uint32_t min_lo = u[1] & 0x3f3f3f3fu;
-  const uint32_t scale_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-  const uint32_t min_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-  const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(scale_hi), static_cast<int>(scale_lo));
-  const __m128i m8 = _mm_set_epi32(0, 0, static_cast<int>(min_hi), static_cast<int>(min_lo));
-  *scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
-  *mins_twice = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
-}
-
 // sum + madd(p, s): one group's int16 pair products times its scale, added into the
 // int32 lanes. AVX2 needs madd + add; AVX-VNNI's vpdpwssd does both in one instruction
 // with the same integers (both wrap mod 2^32), so the bits do not change.

@@ -351,22 +351,7 @@ inline const BlockQ8_K* act_k(const GemmArgs& a, int64_t t) {
   return reinterpret_cast<const BlockQ8_K*>(a.act + t * a.act_stride);
 }
 
-// Broadcasts int16 lane g (within each 128-bit lane) to all int16 lanes.
-inline __m256i broadcast_word(__m256i v, int g) {
-  const char lo = static_cast<char>(2 * g), hi = static_cast<char>(2 * g + 1);
-  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
-                                                  hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
-}
 
-// The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block.
-inline __m128i scales_mins_k4(const uint8_t* packed) {
-  uint32_t u[3];
-  std::memcpy(u, packed, sizeof(u));
-  const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-  const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-  return _mm_setr_epi32(static_cast<int>(s_lo), static_cast<int>(s_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
-}
 
 // Panel K-quant sums for tokens t < T of block b: isum[t] += sum_g scale_g * dot_g over
 // kGroups groups of 256 / kGroups elements, the weight vectors and int32 scale vectors
@@ -418,17 +403,7 @@ struct QK4 {
       for (int r = 0; r < kDecodeRows; ++r) {
         const Block& blk = w[r][b];
         __m256i scales, mins;
-        {
-          uint32_t u[3];
-          std::memcpy(u, blk.scales, sizeof(u));
-          const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
-          const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
-          const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
-          const __m128i s8 = _mm_set_epi32(0, 0, static_cast<int>(s_hi), static_cast<int>(s_lo));
-          const __m128i m8 = _mm_set_epi32(0, 0, static_cast<int>(m_hi), static_cast<int>(m_lo));
-          scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(s8));
-          mins = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));  // each min twice: the 16 bsums
-        }
+        unpack_k4_scales(blk.scales, &scales, &mins);
         __m256i sumi[T];
         for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
         [[maybe_unused]] __m256i qh;

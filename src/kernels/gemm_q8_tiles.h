@@ -1,7 +1,8 @@
-// The 32-element block types (Q8_0, Q4_0, Q5_0) against Q8_0 activations, and the
-// tile driver every quantized GEMM uses. Included by gemm_avx2.cpp and
-// gemm_avxvnni.cpp after each sets its target ISA, so the same source builds once with
-// maddubs + madd and once with VNNI's vpdpbusd. Internal to those two files.
+// The 32-element block types (Q8_0, Q4_0, Q5_0) against Q8_0 activations, the tile
+// driver every AVX2 quantized GEMM uses, and K-quant scale helpers. Included by
+// gemm_avx2.cpp, gemm_avxvnni.cpp and gemm_avx512.cpp after each sets its target ISA, so
+// the same source builds once with maddubs + madd and once with VNNI's vpdpbusd.
+// Internal to those files.
 #pragma once
 
 #include <immintrin.h>
@@ -60,6 +61,32 @@ inline float abs_max(const float* x, int n) {
   __m256 m = _mm256_setzero_ps();
   for (int i = 0; i < n; i += 8) m = _mm256_max_ps(m, _mm256_andnot_ps(sign, _mm256_loadu_ps(x + i)));
   return hmax(m);
+}
+
+// The 8 six-bit scales (bytes 0..7) and 8 mins (bytes 8..15) of a Q4_K/Q5_K block.
+inline __m128i scales_mins_k4(const uint8_t* packed) {
+  uint32_t u[3];
+  std::memcpy(u, packed, sizeof(u));
+  const uint32_t s_lo = u[0] & 0x3f3f3f3fu, m_lo = u[1] & 0x3f3f3f3fu;
+  const uint32_t s_hi = (u[2] & 0x0f0f0f0fu) | ((u[0] >> 2) & 0x30303030u);
+  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | ((u[1] >> 2) & 0x30303030u);
+  return _mm_setr_epi32(static_cast<int>(s_lo), static_cast<int>(s_hi), static_cast<int>(m_lo), static_cast<int>(m_hi));
+}
+
+// The 8 scales as int16 in both 128-bit lanes, and the 8 mins each twice (16 int16,
+// matching the 16 bsums) of a Q4_K/Q5_K block.
+inline void unpack_k4_scales(const uint8_t* packed, __m256i* scales, __m256i* mins_twice) {
+  const __m128i sm = scales_mins_k4(packed);
+  const __m128i m8 = _mm_srli_si128(sm, 8);
+  *scales = _mm256_broadcastsi128_si256(_mm_cvtepu8_epi16(sm));
+  *mins_twice = _mm256_cvtepu8_epi16(_mm_unpacklo_epi8(m8, m8));
+}
+
+// Broadcasts int16 lane g (within each 128-bit lane) to all int16 lanes.
+inline __m256i broadcast_word(__m256i v, int g) {
+  const char lo = static_cast<char>(2 * g), hi = static_cast<char>(2 * g + 1);
+  return _mm256_shuffle_epi8(v, _mm256_setr_epi8(lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo,
+                                                  hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi, lo, hi));
 }
 
 // ---- tile driver ---------------------------------------------------------------------
