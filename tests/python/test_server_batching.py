@@ -77,9 +77,12 @@ def open_stream(server, body):
 
 
 def test_disconnect_mid_stream_frees_kv_blocks():
-    with RidgeServer(STORIES, "--parallel", 4, "-c", 2048, "--alias", "stories") as server:
+    # stories260K decodes thousands of tokens a second: the generations must be long
+    # enough that none finishes while the three streams are being opened.
+    n_long = 16000
+    with RidgeServer(STORIES, "--parallel", 4, "-c", n_long + 64, "--alias", "stories") as server:
         idle = server.wait_idle()
-        long = {"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": True}
+        long = {"prompt": "Once upon a time", "max_tokens": n_long, "ignore_eos": True}
         sockets = [open_stream(server, long) for _ in range(3)]
         busy = server.metrics()
         assert busy["ridge_kv_blocks_used"] > idle["ridge_kv_blocks_used"]
@@ -92,7 +95,7 @@ def test_disconnect_mid_stream_frees_kv_blocks():
         assert after["ridge_kv_blocks_free"] == idle["ridge_kv_blocks_free"]
         assert time.monotonic() - t0 < 5
         # They were cut short: far fewer than 3 x 2000 tokens were generated.
-        assert after["ridge_generation_tokens_total"] - idle["ridge_generation_tokens_total"] < 3 * 2000
+        assert after["ridge_generation_tokens_total"] - idle["ridge_generation_tokens_total"] < 3 * n_long
         # A non-streaming request whose client hangs up is cancelled as well.
         data = json.dumps(long).encode()
         s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
