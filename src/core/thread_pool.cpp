@@ -47,6 +47,7 @@ ThreadPool::ThreadPool(int n_threads, std::chrono::microseconds spin) : spin_(sp
   if (n_threads <= 0) n_threads = static_cast<int>(std::thread::hardware_concurrency());
   n_threads_ = std::max(1, n_threads);
   workers_.reserve(static_cast<size_t>(n_threads_ - 1));
+  ranges_ = std::make_unique<ChunkRange[]>(static_cast<size_t>(n_threads_));
   for (int t = 1; t < n_threads_; ++t) workers_.emplace_back([this, t] { worker_loop(t); });
 }
 
@@ -63,7 +64,9 @@ void ThreadPool::do_share(int thread) {
   tls_in_job = true;
   tls_thread = thread;
   try {
-    if (job_grain_ == 0) {
+    if (job_grain_ < 0) {
+      do_stealing_share(thread);
+    } else if (job_grain_ == 0) {
       const int64_t begin = job_n_ * thread / n_threads_;
       const int64_t end = job_n_ * (thread + 1) / n_threads_;
       if (begin < end) job_call_(job_fn_, begin, end, thread);
@@ -82,11 +85,32 @@ void ThreadPool::do_share(int thread) {
   tls_thread = outer_thread;
 }
 
+int64_t ThreadPool::claim_chunk(int owner, bool front) {
+  std::atomic<uint64_t>& range = ranges_[owner].front_back;
+  uint64_t v = range.load(std::memory_order_relaxed);
+  for (;;) {
+    const uint64_t begin = v & 0xffffffffu, end = v >> 32;
+    if (begin >= end) return -1;
+    const uint64_t next = front ? (begin + 1) | (end << 32) : begin | ((end - 1) << 32);
+    if (range.compare_exchange_weak(v, next, std::memory_order_relaxed)) return static_cast<int64_t>(front ? begin : end - 1);
+  }
+}
+
+void ThreadPool::do_stealing_share(int thread) {
+  const int64_t grain = -job_grain_;
+  auto run_chunk = [&](int64_t c) { job_call_(job_fn_, c * grain, std::min(job_n_, (c + 1) * grain), thread); };
+  for (int64_t c; (c = claim_chunk(thread, /*front=*/true)) >= 0;) run_chunk(c);
+  for (int i = 1; i < n_threads_; ++i) {
+    const int victim = (thread + i) % n_threads_;
+    for (int64_t c; (c = claim_chunk(victim, /*front=*/false)) >= 0;) run_chunk(c);
+  }
+}
+
 void ThreadPool::run(int64_t n, int64_t grain, void* fn, Trampoline call) {
   if (n <= 0) return;
   // One dynamic chunk has no one to share with: run it here rather than wake the workers
   // (the caller would otherwise wait for whichever thread took it).
-  if (tls_in_job || n_threads_ == 1 || (grain > 0 && n <= grain)) {
+  if (tls_in_job || n_threads_ == 1 || (grain != 0 && n <= (grain < 0 ? -grain : grain))) {
     call(fn, 0, n, tls_in_job ? tls_thread : 0);
     return;
   }
@@ -97,6 +121,16 @@ void ThreadPool::run(int64_t n, int64_t grain, void* fn, Trampoline call) {
   job_call_ = call;
   error_ = nullptr;
   next_index_.store(0, std::memory_order_relaxed);
+  if (grain < 0) {
+    // Chunk counts are packed in 32 bits; a larger chunk keeps them there.
+    if ((n - grain - 1) / -grain > int64_t{0xffffffff}) job_grain_ = grain = -((n + 0xfffffffe) / 0xffffffff);
+    const int64_t n_chunks = (n - grain - 1) / -grain;
+    for (int t = 0; t < n_threads_; ++t) {
+      const uint64_t begin = static_cast<uint64_t>(n_chunks * t / n_threads_);
+      const uint64_t end = static_cast<uint64_t>(n_chunks * (t + 1) / n_threads_);
+      ranges_[t].front_back.store(begin | (end << 32), std::memory_order_relaxed);
+    }
+  }
   pending_workers_.store(n_threads_ - 1, std::memory_order_relaxed);
   // seq_cst pairs with the workers' sleeping_workers_ increment: either a worker sees
   // the new generation before sleeping, or we see it asleep and wake it.

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <exception>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <type_traits>
@@ -50,6 +51,19 @@ class ThreadPool {
         &invoke<std::remove_reference_t<Fn>>);
   }
 
+  // Like parallel_for, in chunks of `grain` indices: thread t owns the t-th contiguous
+  // range (as parallel_for splits [0, n), rounded to whole chunks) and walks it in order;
+  // a thread done with its own range then takes chunks from the far end of the others'.
+  // For streaming kernels (decode matmuls): each thread reads one forward stream, so its
+  // prefetches of the next rows are never wasted, and a thread slowed by another process
+  // still does not hold up the job. Every index is covered exactly once. A job of one
+  // chunk runs on the caller.
+  template <class Fn>
+  void parallel_for_stealing(int64_t n, int64_t grain, Fn&& fn) {
+    run(n, -(grain < 1 ? 1 : grain), const_cast<void*>(static_cast<const void*>(&fn)),
+        &invoke<std::remove_reference_t<Fn>>);
+  }
+
  private:
   using Trampoline = void (*)(void* fn, int64_t begin, int64_t end, int thread);
 
@@ -58,9 +72,14 @@ class ThreadPool {
     (*static_cast<Fn*>(fn))(begin, end, thread);
   }
 
-  // grain == 0: static contiguous chunks; grain > 0: dynamic chunks of that size.
+  // grain == 0: static contiguous chunks; grain > 0: dynamic chunks of that size;
+  // grain < 0: owned ranges with stealing, chunks of -grain.
   void run(int64_t n, int64_t grain, void* fn, Trampoline call);
   void do_share(int thread);
+  void do_stealing_share(int thread);
+  // Claims the next chunk of thread `owner`'s range: its front when `owner` is the
+  // caller's own range, its back otherwise. -1 when the range is empty.
+  int64_t claim_chunk(int owner, bool front);
   void worker_loop(int thread);
 
   int n_threads_ = 1;
@@ -74,6 +93,12 @@ class ThreadPool {
   void* job_fn_ = nullptr;
   Trampoline job_call_ = nullptr;
   alignas(64) std::atomic<int64_t> next_index_{0};   // dynamic scheduling counter
+  // Stealing mode: per thread, its unclaimed chunks [front, back) packed as
+  // front | back << 32, one cache line each.
+  struct alignas(64) ChunkRange {
+    std::atomic<uint64_t> front_back{0};
+  };
+  std::unique_ptr<ChunkRange[]> ranges_;
 
   alignas(64) std::atomic<uint32_t> generation_{0};  // bumped once per job
   std::atomic<int> sleeping_workers_{0};

@@ -108,23 +108,24 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
         transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
       }
     }
-    // Row chunks taken dynamically, several per thread, so a thread slowed by another
-    // process does not hold up the step; a multiple of 16 rows keeps the tiles whole.
-    const int64_t n_threads = pool.n_threads();
-    const int64_t target_chunks = n_threads == 1 ? 1 : 4 * n_threads;
-    const int64_t chunk = std::max<int64_t>(16, (n_out + target_chunks - 1) / target_chunks + 15) / 16 * 16;
-    const int64_t n_chunks = (n_out + chunk - 1) / chunk;
-    pool.parallel_for_dynamic(n_chunks, 1, [&](int64_t begin, int64_t end, int) {
-      for (int64_t c = begin; c < end; ++c) {
-        const int64_t r0 = c * chunk;
-        const int64_t rows = std::min(chunk, n_out - r0);
-        const GemmArgs args{n_in,   w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
-                            y + r0, n_out, scales_t,
-                            scales_t ? reinterpret_cast<const int32_t*>(scales_t + q8_0_scales_t_floats(n_in, n_tokens))
-                                     : nullptr,
-                            q8_0_scales_t_stride(n_tokens)};
-        kernel->gemm(args, rows, n_tokens);
-      }
+    // Each thread streams its own contiguous share of the rows in order (one forward
+    // stream: the kernels' prefetch of the next rows always lands on rows this thread
+    // reads next), in chunks of whole 16-row tiles so a thread slowed by another process
+    // has its last chunks taken by the others. Measured against dynamic chunks of an
+    // eighth of the rows each (every chunk start a cold read, half the prefetches
+    // landing on the other core): decode +6-27% at 2 threads on the three models.
+    constexpr int64_t kTile = 16;
+    const int64_t n_tiles = (n_out + kTile - 1) / kTile;
+    const int64_t tiles_per_chunk = std::max<int64_t>(1, n_tiles / (8 * pool.n_threads()));
+    pool.parallel_for_stealing(n_tiles, tiles_per_chunk, [&](int64_t begin, int64_t end, int) {
+      const int64_t r0 = begin * kTile;
+      const int64_t rows = std::min(end * kTile, n_out) - r0;
+      const GemmArgs args{n_in,   w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
+                          y + r0, n_out, scales_t,
+                          scales_t ? reinterpret_cast<const int32_t*>(scales_t + q8_0_scales_t_floats(n_in, n_tokens))
+                                   : nullptr,
+                          q8_0_scales_t_stride(n_tokens)};
+      kernel->gemm(args, rows, n_tokens);
     });
     return;
   }
