@@ -84,6 +84,24 @@ void BM_Gemv(benchmark::State& state, DType type, int n_threads, Isa isa, int64_
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
 }
 
+// Decode against a matrix that stays in L2: the kernel's compute ceiling in GB/s. When
+// Gemv (from DRAM) is close to this, the kernel, not memory, limits decode.
+void BM_GemvL2(benchmark::State& state, DType type) {
+  const int64_t n_in = 1024, n_out = 512;
+  const MatrixSet m = make_matrices(type, n_in, n_out, /*stream=*/false);
+  ThreadPool pool(1);
+  const WeightMatrix w = weight_matrix(type, n_in, n_out, m.all.data());
+  Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));
+  scratch.reserve_shared(matmul_shared_bytes(w, 1));
+  const auto x = random_floats(static_cast<size_t>(n_in), 2);
+  std::vector<float> y(static_cast<size_t>(n_out));
+  for (auto _ : state) {
+    matmul(w, x.data(), y.data(), 1, pool, scratch);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.bytes));
+}
+
 // Prefill-like: 64 tokens against one matrix that stays in the last-level cache.
 void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
   const int64_t n_in = 2048, n_out = 2048, n_tokens = state.range(0);
@@ -139,6 +157,8 @@ void register_matmul() {
           ->ArgName("n_tokens")
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
+    if (type != DType::F32)
+      benchmark::RegisterBenchmark(("GemvL2/" + t).c_str(), BM_GemvL2, type)->UseRealTime()->Unit(benchmark::kMicrosecond);
     for (int threads : {1, hw}) {
       benchmark::RegisterBenchmark(("Gemm/" + t + "/threads:" + std::to_string(threads)).c_str(), BM_Gemm, type,
                                    threads)
