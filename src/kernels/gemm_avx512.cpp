@@ -445,7 +445,8 @@ struct QK4 {
                           kDmin = kD + 64, kPanelBlock = kDmin + 64;
 
   // Transposes the packed nibbles first (one transpose per 64 elements) and unpacks
-  // 16 rows at a time; the scales and mins go through one 16 x 16 byte transpose.
+  // 16 rows at a time; the scales and mins are unpacked 16 rows at a time too, from one
+  // transpose of the block's head.
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
     const int64_t nb = a.n_in / kQK_K;
     const uint8_t* w[kPanelRows];
@@ -474,19 +475,27 @@ struct QK4 {
           _mm512_store_si512(dst + 64 * (8 * (2 * j + 1) + g), hi);
         }
       }
-      __m128i sm[16];  // per row: 8 scales, 8 mins; transposed: one vector per byte
-      for (int r = 0; r < kPanelRows; ++r) sm[r] = scales_mins_k4(w[r] + base + offsetof(Block, scales));
-      transpose16x16_bytes(sm);
+      // The block's first 32 bytes, transposed: dword 0 is d | dmin << 16, dwords 1..3
+      // the packed scales and mins (scales_mins_k4's u[0..2]), for 16 rows per vector.
+      __m512i head[8];
+      load_transposed(w, base, head);
+      const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                    m30 = _mm512_set1_epi32(0x30303030);
+      const __m512i sm[4] = {  // bytes: scales 0..3, scales 4..7, mins 0..3, mins 4..7
+          _mm512_and_si512(head[1], m3f),
+          _mm512_or_si512(_mm512_and_si512(head[3], m0f), _mm512_and_si512(_mm512_srli_epi32(head[1], 2), m30)),
+          _mm512_and_si512(head[2], m3f),
+          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), m0f),
+                          _mm512_and_si512(_mm512_srli_epi32(head[2], 2), m30))};
+      const __m512i byte = _mm512_set1_epi32(0xff);
       for (int s = 0; s < 8; ++s) {
-        _mm512_store_si512(dst + kScales + 64 * s, _mm512_cvtepu8_epi32(sm[s]));
-        const __m512i m = _mm512_cvtepu8_epi32(sm[8 + s]);
+        const int shift = 8 * (s % 4);
+        _mm512_store_si512(dst + kScales + 64 * s, _mm512_and_si512(_mm512_srli_epi32(sm[s / 4], shift), byte));
+        const __m512i m = _mm512_and_si512(_mm512_srli_epi32(sm[2 + s / 4], shift), byte);
         _mm512_store_si512(dst + kMins + 64 * s, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
       }
-      for (int h = 0; h < 2; ++h) {
-        _mm256_store_ps(reinterpret_cast<float*>(dst + kD + 32 * h), f16_rows8(w + 8 * h, base + offsetof(Block, d)));
-        _mm256_store_ps(reinterpret_cast<float*>(dst + kDmin + 32 * h),
-                        f16_rows8(w + 8 * h, base + offsetof(Block, dmin)));
-      }
+      _mm512_store_ps(dst + kD, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0])));
+      _mm512_store_ps(dst + kDmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16))));
     }
   }
 
