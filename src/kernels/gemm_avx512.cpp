@@ -38,6 +38,7 @@
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_*() placeholders as
 // "may be used uninitialized"; the values are always overwritten.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/gemm_q8_tiles.h"
 
@@ -382,7 +383,9 @@ struct QK4 {
 
   // Row-major tile: the exact isum (sum_s scale_s * dot_s) per row and token from
   // maddubs + vpdpwssd lanes, imin (sum_s min_s * bsum32_s) from madd lanes, each
-  // reduced across lanes with the rows in the result's lanes.
+  // reduced across lanes with the rows in the result's lanes. One zmm covers 64
+  // elements: the 32 qs bytes of sub-blocks 2j (low nibbles, low half) and 2j + 1 (high
+  // nibbles, high half), against the 64 activation bytes as stored.
   template <int T>
   static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     const int64_t nb = a.n_in / kQK_K;
@@ -396,35 +399,42 @@ struct QK4 {
     for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
-    const __m256i low4 = _mm256_set1_epi8(0x0f);
+    const __m512i low4 = _mm512_set1_epi8(0x0f);
+    // Shift 0 for the low half (low nibbles), 4 for the high half.
+    const __m512i nibble_shift = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(4), 1);
+    // pshufb patterns on the broadcast scales_mins_k4 bytes: words of scale 2j (low
+    // half) and 2j + 1 (high half); the 16 bsums' mins (min k / 2 for bsum k).
+    __m512i pick_scale[4];
+    for (int j = 0; j < 4; ++j)
+      pick_scale[j] = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(static_cast<short>(0x8000 | (2 * j)))),
+                                         _mm256_set1_epi16(static_cast<short>(0x8000 | (2 * j + 1))), 1);
+    const __m256i pick_mins = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
+                                               12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead(a, r0, b, sizeof(Block));
       __m256i isum[T][8], imin[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const Block& blk = w[r][b];
-        __m256i scales, mins;
-        unpack_k4_scales(blk.scales, &scales, &mins);
-        __m256i sumi[T];
-        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
-        [[maybe_unused]] __m256i qh;
-        if constexpr (kFifthBit) qh = load256(blk.qh);
+        const __m128i sm = scales_mins_k4(blk.scales);
+        const __m512i sm4 = _mm512_broadcast_i32x4(sm);
+        const __m256i mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm4), pick_mins);
+        [[maybe_unused]] __m512i qh;
+        if constexpr (kFifthBit) qh = _mm512_broadcast_i64x4(load256(blk.qh));
+        __m512i q[4], sc[4];
         for (int j = 0; j < 4; ++j) {
-          const __m256i q = load256(blk.qs + 32 * j);
-          __m256i lo = _mm256_and_si256(q, low4);
-          __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+          q[j] = _mm512_and_si512(_mm512_srlv_epi16(_mm512_broadcast_i64x4(load256(blk.qs + 32 * j)), nibble_shift), low4);
           if constexpr (kFifthBit) {
-            const __m256i one = _mm256_set1_epi8(1);
-            lo = _mm256_or_si256(lo, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j), one), 4));
-            hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(qh, 2 * j + 1), one), 4));
+            const __m512i bit = _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi8(static_cast<char>(1 << (2 * j)))),
+                                                   _mm256_set1_epi8(static_cast<char>(1 << (2 * j + 1))), 1);
+            q[j] = _mm512_mask_add_epi8(q[j], _mm512_test_epi8_mask(qh, bit), q[j], _mm512_set1_epi8(16));
           }
-          const __m256i s_lo = broadcast_word(scales, 2 * j), s_hi = broadcast_word(scales, 2 * j + 1);
-          for (int t = 0; t < T; ++t) {
-            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(lo, load256(y[t][b].qs + 64 * j)), s_lo);
-            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(hi, load256(y[t][b].qs + 64 * j + 32)), s_hi);
-          }
+          sc[j] = _mm512_shuffle_epi8(sm4, pick_scale[j]);
         }
         for (int t = 0; t < T; ++t) {
-          isum[t][r] = sumi[t];
+          __m512i sumi = _mm512_setzero_si512();
+          for (int j = 0; j < 4; ++j)
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[j], _mm512_loadu_si512(y[t][b].qs + 64 * j)), sc[j]);
+          isum[t][r] = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
           imin[t][r] = _mm256_madd_epi16(load256(y[t][b].bsums), mins);
         }
       }
