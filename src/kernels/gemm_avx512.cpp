@@ -554,7 +554,11 @@ struct Q6K {
     return _mm256_or_si256(low, high);
   }
 
-  // isum = sum_g scale_g * dot_g - 32 * sum_g scale_g * bsum_g, rows in lanes.
+  // isum = sum_g scale_g * dot_g - 32 * sum_g scale_g * bsum_g, rows in lanes. One zmm
+  // covers 64 elements: half h's ql bytes 64h..64h+63 give elements 128h..128h+63 (low
+  // nibbles) and 128h+64..128h+127 (high nibbles); the qh bytes 32h..32h+31, in both
+  // halves, give bit pairs 0/1 (low half) and 2/3 (high half), shifted per 16-bit lane
+  // to bits 4..5 of each byte.
   template <int T>
   static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     const int64_t nb = a.n_in / kQK_K;
@@ -566,8 +570,19 @@ struct Q6K {
     }
     const BlockQ8_K* y[T];
     for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
-    const __m256i pair = _mm256_setr_epi8(0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 0, 1, 2, 3, 2, 3, 2, 3, 2, 3, 2, 3,
-                                          2, 3, 2, 3, 2, 3);
+    const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+    const auto halves = [](short lo, short hi) {
+      return _mm512_inserti64x4(_mm512_castsi256_si512(_mm256_set1_epi16(lo)), _mm256_set1_epi16(hi), 1);
+    };
+    // Bit pairs 0/1 to bits 4..5 (left 4, left 2); pairs 2/3 (none, right 2).
+    const __m512i left = halves(4, 2), right = halves(0, 2);
+    // Word lane i of the maddubs result covers elements 2i, 2i + 1: group 4c + i / 8.
+    __m512i pick_scale[4];
+    for (int c = 0; c < 4; ++c) {
+      alignas(64) int16_t idx[32];
+      for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * c + i / 8);
+      pick_scale[c] = _mm512_load_si512(idx);
+    }
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     for (int64_t b = 0; b < nb; ++b) {
@@ -576,16 +591,23 @@ struct Q6K {
       for (int r = 0; r < kDecodeRows; ++r) {
         const BlockQ6_K& blk = w[r][b];
         const __m256i scales = _mm256_cvtepi8_epi16(load128(blk.scales));
-        __m256i sumi[T];
-        for (int t = 0; t < T; ++t) sumi[t] = _mm256_setzero_si256();
-        for (int c = 0; c < 8; ++c) {
-          const __m256i q = chunk(blk, c);
-          const __m256i s = _mm256_shuffle_epi8(_mm256_permutevar8x32_epi32(scales, _mm256_set1_epi32(c)), pair);
-          for (int t = 0; t < T; ++t)
-            sumi[t] = _mm256_dpwssd_epi32(sumi[t], _mm256_maddubs_epi16(q, load256(y[t][b].qs + 32 * c)), s);
+        const __m512i scales2 = _mm512_castsi256_si512(scales);
+        __m512i q[4], sc[4];
+        for (int h = 0; h < 2; ++h) {  // ternary logic 0xea: (a & b) | c
+          const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+          const __m512i qh = _mm512_broadcast_i64x4(load256(blk.qh + 32 * h));
+          q[2 * h] = _mm512_ternarylogic_epi32(ql, low4, _mm512_and_si512(_mm512_sllv_epi16(qh, left), bits45), 0xea);
+          q[2 * h + 1] = _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4,
+                                                   _mm512_and_si512(_mm512_srlv_epi16(qh, right), bits45), 0xea);
         }
-        for (int t = 0; t < T; ++t)
-          isum[t][r] = _mm256_sub_epi32(sumi[t], _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][b].bsums), scales), 5));
+        for (int c = 0; c < 4; ++c) sc[c] = _mm512_permutexvar_epi16(pick_scale[c], scales2);
+        for (int t = 0; t < T; ++t) {
+          __m512i sumi = _mm512_setzero_si512();
+          for (int c = 0; c < 4; ++c)
+            sumi = _mm512_dpwssd_epi32(sumi, _mm512_maddubs_epi16(q[c], _mm512_loadu_si512(y[t][b].qs + 64 * c)), sc[c]);
+          const __m256i dots = _mm256_add_epi32(_mm512_castsi512_si256(sumi), _mm512_extracti64x4_epi64(sumi, 1));
+          isum[t][r] = _mm256_sub_epi32(dots, _mm256_slli_epi32(_mm256_madd_epi16(load256(y[t][b].bsums), scales), 5));
+        }
       }
       const __m256 dv = f16_rows8(wb, b * sizeof(BlockQ6_K) + offsetof(BlockQ6_K, d));
       for (int t = 0; t < T; ++t)
