@@ -219,11 +219,11 @@ struct Q8Family {
     else rows8<T>(a, r0, rows, t0);
   }
 
-  // Q4_0/Q5_0 decode, 16 rows at once without a panel: each row's block (18 or 22
-  // bytes) is loaded whole and the 16 rows transposed as they are stored, so the f16
-  // scales, the fifth bits and the nibbles are unpacked for 16 rows per instruction
-  // and no lane sums are needed. The qs bytes start 2 bytes into a dword: each dword of
-  // qs joins two transposed dwords.
+  // Q4_0/Q5_0 decode, 16 rows at once without a panel: each row's block is loaded from
+  // just after its f16 scale, so the qh and qs bytes start on dwords, and the 16 rows
+  // are transposed as they are stored: the fifth bits and the nibbles are unpacked for
+  // 16 rows per instruction and no lane sums are needed. The load runs on to the next
+  // block's scale, which comes out of the same transpose for the next step.
   template <int T>
   static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     const int64_t nb = a.n_in / 32;
@@ -233,28 +233,29 @@ struct Q8Family {
     for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    // Only the block's own bytes are read (the masked-off bytes cannot fault).
-    const __mmask32 block_bytes = static_cast<__mmask32>((1ull << U8::kBytes) - 1);
+    constexpr int kAfterD = static_cast<int>(U8::kBytes) - 2;  // qh and qs bytes: 20 or 16
+    static_assert(kAfterD % 4 == 0, "the next block's scale must start a dword");
+    // Only bytes of this row are read (the masked-off bytes cannot fault): the block and
+    // the next block's scale, or the block alone for the last one.
+    const __mmask32 with_next_d = static_cast<__mmask32>((1ull << (kAfterD + 2)) - 1);
+    const __mmask32 block_only = static_cast<__mmask32>((1ull << kAfterD) - 1);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
+    __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(f16_rows8(w, 0)), f16_rows8(w + 8, 0), 1);
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes);
+      const __mmask32 mask = b + 1 < nb ? with_next_d : block_only;
       __m256i v[kPanelRows];
-      for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(block_bytes, w[r] + b * U8::kBytes);
-      __m512i d4[8];  // d4[k] lane r: bytes 4k .. 4k + 3 of row r's block
+      for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(mask, w[r] + b * U8::kBytes + 2);
+      __m512i d4[8];  // d4[k] lane r: bytes 4k + 2 .. 4k + 5 of row r's block
       transpose16x8(v, d4);
-      const auto bytes_from_2 = [&](int k) {  // bytes 4k + 2 .. 4k + 5
-        return _mm512_or_si512(_mm512_srli_epi32(d4[k], 16), _mm512_slli_epi32(d4[k + 1], 16));
-      };
-      const __m512 dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d4[0]));
       __m512i q[8];  // q[i]: elements 4i .. 4i + 3
       constexpr int k0 = (U8::kQsOffset - 2) / 4;
       for (int m = 0; m < 4; ++m) {
-        const __m512i packed = bytes_from_2(k0 + m);  // qs[4m .. 4m + 3]
-        q[m] = _mm512_and_si512(packed, low4);
-        q[m + 4] = _mm512_and_si512(_mm512_srli_epi16(packed, 4), low4);
+        q[m] = _mm512_and_si512(d4[k0 + m], low4);
+        q[m + 4] = _mm512_and_si512(_mm512_srli_epi16(d4[k0 + m], 4), low4);
       }
       if constexpr (U8::kHasQh) {
-        const __m512i qh = bytes_from_2(0);  // bit e: element e's fifth bit
+        const __m512i qh = d4[0];  // bit e: element e's fifth bit
         for (int i = 0; i < 8; ++i) {
           // Byte j of each 64-bit lane (two rows) takes bit 4i + j % 4 of its row's qh.
           const __m512i pick =
@@ -268,6 +269,7 @@ struct Q8Family {
         for (int i = 0; i < 8; ++i) s = _mm512_dpbusd_epi32(s, q[i], bcast32(y[t].q + 32 * b + 4 * i));
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
       }
+      dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d4[kAfterD / 4]));  // the next block's scale
     }
     for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
   }

@@ -266,35 +266,38 @@ TEST(GemmAvx512, EqualsScalarReferenceBitForBit) {
                         {DType::Q5_0, gemm_q5_0_avx512}, {DType::Q4_K, gemm_q4_k_avx512},
                         {DType::Q5_K, gemm_q5_k_avx512}, {DType::Q6_K, gemm_q6_k_avx512}};
   for (const Case& c : cases) {
-    const int64_t n = width_for(c.type);
-    const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
-    const size_t stride = act_row_bytes(slow->act, n);
-    for (bool extreme : {false, true}) {
-      for (int64_t n_rows : {1, 7, 16, 23}) {
-        for (int64_t n_tokens : {1, 2, 3, 4, 5, 9, 18}) {
-          auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
-          if (extreme) {
-            const TypeTraits& traits = type_traits(c.type);
-            for (auto& byte : w) byte |= c.type == DType::Q8_0 ? 0x80 : 0xee;
-            for (int64_t b = 0; b < n_rows * n / traits.block_size; ++b) {  // finite scales again
-              uint8_t* blk = w.data() + b * traits.type_size;
-              const uint16_t d = fp32_to_fp16(0.01f);
-              std::memcpy(blk + (c.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
-              if (c.type == DType::Q4_K || c.type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
+    // Rows of one block (first block is the last) and of several.
+    for (const int64_t n : {static_cast<int64_t>(type_traits(c.type).block_size), width_for(c.type)}) {
+      const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
+      const size_t stride = act_row_bytes(slow->act, n);
+      for (bool extreme : {false, true}) {
+        for (int64_t n_rows : {1, 7, 16, 23}) {
+          for (int64_t n_tokens : {1, 2, 3, 4, 5, 9, 18}) {
+            auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
+            if (extreme) {
+              const TypeTraits& traits = type_traits(c.type);
+              for (auto& byte : w) byte |= c.type == DType::Q8_0 ? 0x80 : 0xee;
+              for (int64_t b = 0; b < n_rows * n / traits.block_size; ++b) {  // finite scales again
+                uint8_t* blk = w.data() + b * traits.type_size;
+                const uint16_t d = fp32_to_fp16(0.01f);
+                std::memcpy(blk + (c.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
+                if (c.type == DType::Q4_K || c.type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
+              }
             }
+            auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
+            if (extreme)
+              for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
+            std::vector<uint8_t> act(stride * n_tokens);
+            for (int64_t t = 0; t < n_tokens; ++t)
+              quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
+            const int64_t ldy = n_rows + 3;
+            const auto want =
+                run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+            const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
+            for (size_t i = 0; i < got.size(); ++i)
+              ASSERT_EQ(got[i], want[i]) << dtype_name(c.type) << " width " << n << " rows " << n_rows << " tokens "
+                                         << n_tokens << " extreme " << extreme << " at " << i;
           }
-          auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
-          if (extreme)
-            for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
-          std::vector<uint8_t> act(stride * n_tokens);
-          for (int64_t t = 0; t < n_tokens; ++t)
-            quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
-          const int64_t ldy = n_rows + 3;
-          const auto want = run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-          const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-          for (size_t i = 0; i < got.size(); ++i)
-            ASSERT_EQ(got[i], want[i]) << dtype_name(c.type) << " rows " << n_rows << " tokens " << n_tokens
-                                       << " extreme " << extreme << " at " << i;
         }
       }
     }
