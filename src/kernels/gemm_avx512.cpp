@@ -2,7 +2,7 @@
 // batches.
 //
 // The AVX2 tiles put one weight row against several tokens and reduce each block dot
-// across lanes. Here a batch of tokens (prefill, or at least kPanelTokens sequences)
+// across lanes. Here a batch of tokens (prefill, or at least K::kPanelTokens sequences)
 // first packs a panel of 16 weight rows: every block unpacked to bytes and transposed so
 // that one 64-byte vector holds 4 consecutive elements of each of the 16 rows. One
 // vpdpbusd against 4 broadcast activation bytes then advances 16 row dots at once, and
@@ -46,10 +46,11 @@ namespace ridge::kernels {
 
 namespace {
 
-// Batches of at least this many tokens pack panels; fewer use the row-major tiles.
-// Measured on qwen2.5-coder-0.5b decode: panels win from 4 sequences (261 vs 224 t/s
-// at 4, 413 vs 235 at 8), tie at 2.
-constexpr int64_t kPanelTokens = 4;
+// Batches of at least K::kPanelTokens tokens pack panels; fewer use the row-major
+// tiles, which decode the weights again for every 4 tokens but from L1, and need no
+// packing. Measured at 2 threads, sequences in one decode step (t/s, tiles vs panels):
+// K-quants (qwen2.5-coder-1.5b) 127 vs 88 at 4, 131 vs 141 at 8; Q4_0/Q5_0 with Q8_0
+// (qwen2.5-coder-0.5b) 338 vs 304 at 4; Q8_0 (gemma3-270m) 505 vs 566 at 4.
 constexpr int kPanelRows = 16;  // rows per panel: one zmm of int32 / float lanes
 constexpr int kDecodeRows = 8;  // rows per row-major tile: one ymm of lanes
 
@@ -159,6 +160,7 @@ inline void store_rows8(float* y, __m256 v, int rows) {
 // Weight blocks as 32 unsigned bytes q, value q - 2^kShift.
 struct U8Q8_0 {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
+  static constexpr int64_t kPanelTokens = 4;
   static constexpr int kShift = 7;
   static constexpr bool kTransposedDecode = false;
   static __m256i load(const uint8_t* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(-128)); }
@@ -170,6 +172,7 @@ inline __m256i nibbles32(const uint8_t* p) {
 }
 struct U8Q4_0 {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
+  static constexpr int64_t kPanelTokens = 8;
   static constexpr int kShift = 3;  // q - 8
   static constexpr bool kTransposedDecode = true, kHasQh = false;
   static constexpr int kQsOffset = 2;
@@ -177,6 +180,7 @@ struct U8Q4_0 {
 };
 struct U8Q5_0 {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
+  static constexpr int64_t kPanelTokens = 8;
   static constexpr int kShift = 4;  // q - 16
   static constexpr bool kTransposedDecode = true, kHasQh = true;
   static constexpr int kQsOffset = 6;
@@ -212,6 +216,7 @@ inline ActRow act_row(const GemmArgs& a, int64_t t) {
 template <class U8>
 struct Q8Family {
   static constexpr int kRowTile = U8::kTransposedDecode ? 16 : kDecodeRows;
+  static constexpr int64_t kPanelTokens = U8::kPanelTokens;
 
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
@@ -380,6 +385,7 @@ template <bool kFifthBit>
 struct QK4 {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int kRowTile = kDecodeRows;
+  static constexpr int64_t kPanelTokens = 8;
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
 
@@ -544,6 +550,7 @@ struct QK4 {
 
 struct Q6K {
   static constexpr int kRowTile = kDecodeRows;
+  static constexpr int64_t kPanelTokens = 8;
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
   // The 32 bytes q (0..63) of chunk c (elements 32c..32c+31).
@@ -712,12 +719,13 @@ inline void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, in
 
 template <class K>
 void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  if (n_tokens < kPanelTokens) {
-    constexpr int kTile = 4;
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
-      const int tokens = static_cast<int>(std::min<int64_t>(kTile, n_tokens - t0));
-      for (int64_t r0 = 0; r0 < n_rows; r0 += K::kRowTile)
+  if (n_tokens < K::kPanelTokens) {
+    constexpr int kTile = 4;  // tokens per pass; the row tile stays in L1 between passes
+    for (int64_t r0 = 0; r0 < n_rows; r0 += K::kRowTile) {
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += kTile) {
+        const int tokens = static_cast<int>(std::min<int64_t>(kTile, n_tokens - t0));
         tile_tokens<K>(a, r0, static_cast<int>(std::min<int64_t>(K::kRowTile, n_rows - r0)), t0, tokens);
+      }
     }
     return;
   }
