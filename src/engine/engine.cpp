@@ -223,6 +223,12 @@ void Engine::Impl::run() {
       }
       incoming.clear();
       scheduler_waiting = scheduler->n_waiting();  // with the drain, so submit never undercounts
+      // And the gauges, in the same critical section: metrics() reads the snapshot and
+      // the queue together, so a drained request is never missing from both (its first
+      // tokens go out before this step's publish_metrics).
+      std::lock_guard metrics_lock(metrics_mutex);
+      snapshot.requests_running = scheduler->n_running();
+      snapshot.requests_waiting = scheduler->n_waiting();
     }
     try {
       drop_cancelled();
@@ -465,13 +471,14 @@ std::shared_ptr<RequestStream> Engine::submit(RequestParams params) {
 }
 
 EngineMetrics Engine::metrics() const {
+  // mutex, then metrics_mutex: the engine thread's drain takes them in this order too.
+  std::lock_guard lock(impl_->mutex);
   EngineMetrics m;
   {
-    std::lock_guard lock(impl_->metrics_mutex);
+    std::lock_guard metrics_lock(impl_->metrics_mutex);
     m = impl_->snapshot;
   }
-  std::lock_guard lock(impl_->mutex);  // requests not yet seen by the engine thread
-  m.requests_waiting += static_cast<int32_t>(impl_->incoming.size());
+  m.requests_waiting += static_cast<int32_t>(impl_->incoming.size());  // not yet seen by the engine
   return m;
 }
 

@@ -238,6 +238,24 @@ TEST(Engine, PrefixCacheHitKeepsTheOutput) {
   EXPECT_GT(after.prefix_cache_queries, after.prefix_cache_hits);
 }
 
+TEST(Engine, ARequestIsCountedFromSubmitUntilItsEnd) {
+  // The gauges never lose a request between the queue and the running batch: a client
+  // that has its first token sees it running or waiting (the server's tests and load
+  // balancers read these).
+  Engine engine(*stories().model, *stories().tokenizer, options(2));
+  engine.start();
+  for (int i = 0; i < 200; ++i) {
+    std::shared_ptr<RequestStream> s = engine.submit(greedy("Once upon a time", 50));
+    StreamEvent ev;
+    ASSERT_TRUE(s->next(ev));
+    ASSERT_FALSE(ev.finished);
+    const EngineMetrics m = engine.metrics();
+    ASSERT_EQ(m.requests_running + m.requests_waiting, 1) << "iteration " << i;
+    s->cancel();
+    collect(*s);
+  }
+}
+
 TEST(Engine, CancellingMidStreamReturnsItsBlocks) {
   Engine engine(*stories().model, *stories().tokenizer, options(2));
   engine.start();
