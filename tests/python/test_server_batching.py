@@ -94,7 +94,7 @@ def test_disconnect_mid_stream_frees_kv_blocks():
         assert after["ridge_kv_blocks_used"] == idle["ridge_kv_blocks_used"]
         assert after["ridge_kv_blocks_free"] == idle["ridge_kv_blocks_free"]
         assert time.monotonic() - t0 < 5
-        # They were cut short: far fewer than 3 x 2000 tokens were generated.
+        # They were cut short: fewer than 3 x n_long tokens were generated.
         assert after["ridge_generation_tokens_total"] - idle["ridge_generation_tokens_total"] < 3 * n_long
         # A non-streaming request whose client hangs up is cancelled as well.
         data = json.dumps(long).encode()
@@ -107,16 +107,20 @@ def test_disconnect_mid_stream_frees_kv_blocks():
         s.close()
         final = server.wait_idle(timeout=10)
         assert final["ridge_kv_blocks_used"] == idle["ridge_kv_blocks_used"]
-        assert final["ridge_generation_tokens_total"] - generated < 2000
+        # Cancelled, not run to the end: the relay notices the hang-up within its 100 ms
+        # poll, but under a loaded CI machine the engine can decode a few thousand
+        # stories260K tokens before that thread runs again.
+        assert final["ridge_generation_tokens_total"] - generated < n_long // 2
         # And the server still serves.
         assert server.complete({"prompt": "Once", "max_tokens": 3})["usage"]["completion_tokens"] == 3
 
 
 def test_preemption_under_a_small_kv_budget_keeps_outputs():
     # stories260K: 5 layers x 4 KV heads x 8 dims x (K + V) x 4 bytes = 1280 bytes per token,
-    # 20 KiB per 16-token block: 0.4 MiB is 20 blocks, 320 tokens, while 8 requests of
-    # ~150 tokens need ~80 blocks at once.
-    bodies = [{"prompt": " ".join(WORDS[: 4 + i]), "max_tokens": 130 + 3 * i, "temperature": 0, "ignore_eos": True}
+    # 20 KiB per 16-token block: 0.4 MiB is 20 blocks, 320 tokens, while each request of
+    # ~220 tokens needs 14 blocks: any two that overlap must preempt (on a loaded machine
+    # the eight client threads may not all start together).
+    bodies = [{"prompt": " ".join(WORDS[: 4 + i]), "max_tokens": 200 + 3 * i, "temperature": 0, "ignore_eos": True}
               for i in range(8)]
     with RidgeServer(STORIES, "--parallel", 8, "-c", 256, "--kv-budget", 0.4, "--max-batch-tokens", 64,
                      "--alias", "stories") as server:
