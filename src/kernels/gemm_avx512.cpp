@@ -8,6 +8,8 @@
 // vpdpbusd against 4 broadcast activation bytes then advances 16 row dots at once, and
 // the float scales apply to 16 rows per instruction. The panel is packed once per call
 // and reused by every token (4 at a time, so each packed vector loaded serves 4).
+// Batches of up to 16 tokens (batched decode) pack one block of the 16 rows at a time
+// instead and run all their tokens over it, so packing never waits for memory alone.
 // The GGUF bytes stay as they are (zero-copy); the panel is per-thread scratch that fits
 // in L2.
 //
@@ -46,11 +48,12 @@ namespace ridge::kernels {
 
 namespace {
 
-// Batches of at least K::kPanelTokens tokens pack panels; fewer use the row-major
-// tiles, which decode the weights again for every 4 tokens but from L1, and need no
-// packing. Measured at 2 threads, sequences in one decode step (t/s, tiles vs panels):
-// K-quants (qwen2.5-coder-1.5b) 127 vs 88 at 4, 131 vs 141 at 8; Q4_0/Q5_0 with Q8_0
-// (qwen2.5-coder-0.5b) 338 vs 304 at 4; Q8_0 (gemma3-270m) 505 vs 566 at 4.
+// Batches of at least K::kPanelTokens tokens pack 16-row panels; fewer use the
+// row-major tiles, which decode the weights again for every 4 tokens (from L1) but
+// pack nothing. Measured at 2 threads, sequences in one decode step (t/s, tiles vs
+// packed blocks): K-quants (qwen2.5-coder-1.5b) 121 vs 129 at 4; Q4_0/Q5_0 with Q8_0
+// (qwen2.5-coder-0.5b) 344 vs 328 at 4, so those pack from 8; Q8_0 (gemma3-270m)
+// 505 vs 566 at 4.
 constexpr int kPanelRows = 16;  // rows per panel: one zmm of int32 / float lanes
 constexpr int kDecodeRows = 8;  // rows per row-major tile: one ymm of lanes
 
@@ -309,48 +312,33 @@ struct Q8Family {
   }
 
   // Panel: per block, 8 vectors of 16 rows x 4 bytes, then the 16 f16 scales as floats.
-  static constexpr size_t kPanelBlock = 8 * 64 + 64;
+  static constexpr size_t kBlockBytes = U8::kBytes, kBlockElements = 32, kPanelBlock = 8 * 64 + 64;
+  using Act = ActRow;
+  static Act act(const GemmArgs& a, int64_t t) { return act_row(a, t); }
 
-  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
-    const int64_t nb = a.n_in / 32;
-    const uint8_t* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
-    for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes);
-      uint8_t* dst = panel + b * kPanelBlock;
-      __m256i q[16];
-      for (int r = 0; r < kPanelRows; ++r) q[r] = U8::load(w[r] + b * U8::kBytes);
-      transpose16x8_store(q, dst);
-      _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64), f16_rows8(w, b * U8::kBytes));
-      _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64 + 32), f16_rows8(w + 8, b * U8::kBytes));
-    }
+  static void pack_block(const uint8_t* const (&w)[kPanelRows], int64_t b, uint8_t* dst) {
+    __m256i q[16];
+    for (int r = 0; r < kPanelRows; ++r) q[r] = U8::load(w[r] + b * U8::kBytes);
+    transpose16x8_store(q, dst);
+    _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64), f16_rows8(w, b * U8::kBytes));
+    _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64 + 32), f16_rows8(w + 8, b * U8::kBytes));
   }
 
-  // 16 rows x T tokens over all blocks of a packed panel.
+  // acc[t] (16 rows) += block b of the packed block `blk` against token t's activations.
   template <int T>
-  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
-    const int64_t nb = a.n_in / 32;
-    ActRow y[T];
-    for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = panel + b * kPanelBlock;
-      __m512i s[T];
-      for (int t = 0; t < T; ++t)
-        s[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
-      for (int g = 0; g < 8; ++g) {
-        const __m512i wv = _mm512_load_si512(blk + 64 * g);
-        for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast32(y[t].q + 32 * b + 4 * g));
-      }
-      const __m512 dw = _mm512_load_ps(blk + 8 * 64);
-      for (int t = 0; t < T; ++t)
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
+  static void block_dots(const uint8_t* blk, const Act (&y)[T], int64_t b, __m512 (&acc)[T]) {
+    __m512i s[T];
+    for (int t = 0; t < T; ++t)
+      s[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
+    for (int g = 0; g < 8; ++g) {
+      const __m512i wv = _mm512_load_si512(blk + 64 * g);
+      for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast32(y[t].q + 32 * b + 4 * g));
     }
-    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+    const __m512 dw = _mm512_load_ps(blk + 8 * 64);
+    for (int t = 0; t < T; ++t)
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
   }
 
-  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / 32) * kPanelBlock; }
 };
 
 // ---- Q4_K / Q5_K against Q8_K activations --------------------------------------------
@@ -385,7 +373,7 @@ template <bool kFifthBit>
 struct QK4 {
   using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
   static constexpr int kRowTile = kDecodeRows;
-  static constexpr int64_t kPanelTokens = 8;
+  static constexpr int64_t kPanelTokens = 4;
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
 
@@ -465,92 +453,78 @@ struct QK4 {
   // Transposes the packed nibbles first (one transpose per 64 elements) and unpacks
   // 16 rows at a time; the scales and mins are unpacked 16 rows at a time too, from one
   // transpose of the block's head.
-  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
-    const int64_t nb = a.n_in / kQK_K;
-    const uint8_t* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+  static constexpr size_t kBlockBytes = sizeof(Block), kBlockElements = kQK_K;
+  using Act = const BlockQ8_K*;
+  static Act act(const GemmArgs& a, int64_t t) { return act_k(a, t); }
+
+  static void pack_block(const uint8_t* const (&w)[kPanelRows], int64_t b, uint8_t* dst) {
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, sizeof(Block));
-      const size_t base = b * sizeof(Block);
-      uint8_t* dst = panel + b * kPanelBlock;
-      [[maybe_unused]] __m512i qh[8];
-      if constexpr (kFifthBit) load_transposed(w, base + offsetof(Block, qh), qh);
-      for (int j = 0; j < 4; ++j) {  // 32 bytes: sub-block 2j in the low nibbles, 2j + 1 high
-        __m512i q[8];
-        load_transposed(w, base + offsetof(Block, qs) + 32 * j, q);
-        for (int g = 0; g < 8; ++g) {
-          __m512i lo = _mm512_and_si512(q[g], low4);
-          __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q[g], 4), low4);
-          if constexpr (kFifthBit) {
-            const __m512i sixteen = _mm512_set1_epi8(16);
-            const __mmask64 lo_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j))));
-            const __mmask64 hi_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + 1))));
-            lo = _mm512_mask_add_epi8(lo, lo_bit, lo, sixteen);
-            hi = _mm512_mask_add_epi8(hi, hi_bit, hi, sixteen);
-          }
-          _mm512_store_si512(dst + 64 * (8 * (2 * j) + g), lo);
-          _mm512_store_si512(dst + 64 * (8 * (2 * j + 1) + g), hi);
+    const size_t base = b * sizeof(Block);
+    [[maybe_unused]] __m512i qh[8];
+    if constexpr (kFifthBit) load_transposed(w, base + offsetof(Block, qh), qh);
+    for (int j = 0; j < 4; ++j) {  // 32 bytes: sub-block 2j in the low nibbles, 2j + 1 high
+      __m512i q[8];
+      load_transposed(w, base + offsetof(Block, qs) + 32 * j, q);
+      for (int g = 0; g < 8; ++g) {
+        __m512i lo = _mm512_and_si512(q[g], low4);
+        __m512i hi = _mm512_and_si512(_mm512_srli_epi16(q[g], 4), low4);
+        if constexpr (kFifthBit) {
+          const __m512i sixteen = _mm512_set1_epi8(16);
+          const __mmask64 lo_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j))));
+          const __mmask64 hi_bit = _mm512_test_epi8_mask(qh[g], _mm512_set1_epi8(static_cast<char>(1 << (2 * j + 1))));
+          lo = _mm512_mask_add_epi8(lo, lo_bit, lo, sixteen);
+          hi = _mm512_mask_add_epi8(hi, hi_bit, hi, sixteen);
         }
+        _mm512_store_si512(dst + 64 * (8 * (2 * j) + g), lo);
+        _mm512_store_si512(dst + 64 * (8 * (2 * j + 1) + g), hi);
       }
-      // The block's first 32 bytes, transposed: dword 0 is d | dmin << 16, dwords 1..3
-      // the packed scales and mins (scales_mins_k4's u[0..2]), for 16 rows per vector.
-      __m512i head[8];
-      load_transposed(w, base, head);
-      const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
-                    m30 = _mm512_set1_epi32(0x30303030);
-      const __m512i sm[4] = {  // bytes: scales 0..3, scales 4..7, mins 0..3, mins 4..7
-          _mm512_and_si512(head[1], m3f),
-          _mm512_or_si512(_mm512_and_si512(head[3], m0f), _mm512_and_si512(_mm512_srli_epi32(head[1], 2), m30)),
-          _mm512_and_si512(head[2], m3f),
-          _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), m0f),
-                          _mm512_and_si512(_mm512_srli_epi32(head[2], 2), m30))};
-      const __m512i byte = _mm512_set1_epi32(0xff);
-      for (int s = 0; s < 8; ++s) {
-        const int shift = 8 * (s % 4);
-        _mm512_store_si512(dst + kScales + 64 * s, _mm512_and_si512(_mm512_srli_epi32(sm[s / 4], shift), byte));
-        const __m512i m = _mm512_and_si512(_mm512_srli_epi32(sm[2 + s / 4], shift), byte);
-        _mm512_store_si512(dst + kMins + 64 * s, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
-      }
-      _mm512_store_ps(dst + kD, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0])));
-      _mm512_store_ps(dst + kDmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16))));
     }
+    // The block's first 32 bytes, transposed: dword 0 is d | dmin << 16, dwords 1..3
+    // the packed scales and mins (scales_mins_k4's u[0..2]), for 16 rows per vector.
+    __m512i head[8];
+    load_transposed(w, base, head);
+    const __m512i m3f = _mm512_set1_epi32(0x3f3f3f3f), m0f = _mm512_set1_epi32(0x0f0f0f0f),
+                  m30 = _mm512_set1_epi32(0x30303030);
+    const __m512i sm[4] = {  // bytes: scales 0..3, scales 4..7, mins 0..3, mins 4..7
+        _mm512_and_si512(head[1], m3f),
+        _mm512_or_si512(_mm512_and_si512(head[3], m0f), _mm512_and_si512(_mm512_srli_epi32(head[1], 2), m30)),
+        _mm512_and_si512(head[2], m3f),
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(head[3], 4), m0f),
+                        _mm512_and_si512(_mm512_srli_epi32(head[2], 2), m30))};
+    const __m512i byte = _mm512_set1_epi32(0xff);
+    for (int s = 0; s < 8; ++s) {
+      const int shift = 8 * (s % 4);
+      _mm512_store_si512(dst + kScales + 64 * s, _mm512_and_si512(_mm512_srli_epi32(sm[s / 4], shift), byte));
+      const __m512i m = _mm512_and_si512(_mm512_srli_epi32(sm[2 + s / 4], shift), byte);
+      _mm512_store_si512(dst + kMins + 64 * s, _mm512_or_si512(m, _mm512_slli_epi32(m, 16)));
+    }
+    _mm512_store_ps(dst + kD, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head[0])));
+    _mm512_store_ps(dst + kDmin, _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head[0], 16))));
   }
 
   template <int T>
-  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
-    const int64_t nb = a.n_in / kQK_K;
-    const BlockQ8_K* y[T];
-    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = panel + b * kPanelBlock;
-      __m512i isum[T], imin[T];
-      for (int t = 0; t < T; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
-      add_scaled_group_dots<T, 8>(blk, blk + kScales, y, b, isum);
-      for (int s = 0; s < 8; ++s) {
-        const __m512i mn = _mm512_load_si512(blk + kMins + 64 * s);
-        for (int t = 0; t < T; ++t) imin[t] = _mm512_dpwssd_epi32(imin[t], mn, bcast32(y[t][b].bsums + 2 * s));
-      }
-      const __m512 dv = _mm512_load_ps(blk + kD), dminv = _mm512_load_ps(blk + kDmin);
-      for (int t = 0; t < T; ++t) {
-        const __m512 dy = _mm512_set1_ps(y[t][b].d);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dv, dy), acc[t]);
-        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dminv, dy), acc[t]);
-      }
+  static void block_dots(const uint8_t* blk, const Act (&y)[T], int64_t b, __m512 (&acc)[T]) {
+    __m512i isum[T], imin[T];
+    for (int t = 0; t < T; ++t) isum[t] = imin[t] = _mm512_setzero_si512();
+    add_scaled_group_dots<T, 8>(blk, blk + kScales, y, b, isum);
+    for (int s = 0; s < 8; ++s) {
+      const __m512i mn = _mm512_load_si512(blk + kMins + 64 * s);
+      for (int t = 0; t < T; ++t) imin[t] = _mm512_dpwssd_epi32(imin[t], mn, bcast32(y[t][b].bsums + 2 * s));
     }
-    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+    const __m512 dv = _mm512_load_ps(blk + kD), dminv = _mm512_load_ps(blk + kDmin);
+    for (int t = 0; t < T; ++t) {
+      const __m512 dy = _mm512_set1_ps(y[t][b].d);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum[t]), _mm512_mul_ps(dv, dy), acc[t]);
+      acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin[t]), _mm512_mul_ps(dminv, dy), acc[t]);
+    }
   }
-
-  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / kQK_K) * kPanelBlock; }
 };
 
 // ---- Q6_K against Q8_K activations ---------------------------------------------------
 
 struct Q6K {
   static constexpr int kRowTile = kDecodeRows;
-  static constexpr int64_t kPanelTokens = 8;
+  static constexpr int64_t kPanelTokens = 4;
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) { rows8<T>(a, r0, rows, t0); }
   // The 32 bytes q (0..63) of chunk c (elements 32c..32c+31).
@@ -633,70 +607,56 @@ struct Q6K {
 
   // Transposes ql and qh as stored (6 transposes per block) and assembles q from the
   // transposed bytes, 16 rows at a time; the scales go through one 16 x 16 byte transpose.
-  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
-    const int64_t nb = a.n_in / kQK_K;
-    const uint8_t* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+  static constexpr size_t kBlockBytes = sizeof(BlockQ6_K), kBlockElements = kQK_K;
+  using Act = const BlockQ8_K*;
+  static Act act(const GemmArgs& a, int64_t t) { return act_k(a, t); }
+
+  static void pack_block(const uint8_t* const (&w)[kPanelRows], int64_t b, uint8_t* dst) {
     const __m512i low4 = _mm512_set1_epi8(0x0f), low2 = _mm512_set1_epi8(0x03);
-    for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, sizeof(BlockQ6_K));
-      const size_t base = b * sizeof(BlockQ6_K);
-      uint8_t* dst = panel + b * kPanelBlock;
-      for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h + 127: chunks 4h .. 4h + 3
-        __m512i ql0[8], ql1[8], qh[8];
-        load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h, ql0);
-        load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h + 32, ql1);
-        load_transposed(w, base + offsetof(BlockQ6_K, qh) + 32 * h, qh);
-        for (int k = 0; k < 4; ++k) {
-          for (int g = 0; g < 8; ++g) {
-            const __m512i src = k % 2 ? ql1[g] : ql0[g];
-            const __m512i low = _mm512_and_si512(k < 2 ? src : _mm512_srli_epi16(src, 4), low4);
-            const __m512i high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[g], 2 * k), low2), 4);
-            _mm512_store_si512(dst + 64 * (8 * (4 * h + k) + g), _mm512_or_si512(low, high));
-          }
+    const size_t base = b * sizeof(BlockQ6_K);
+    for (int h = 0; h < 2; ++h) {  // elements 128h .. 128h + 127: chunks 4h .. 4h + 3
+      __m512i ql0[8], ql1[8], qh[8];
+      load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h, ql0);
+      load_transposed(w, base + offsetof(BlockQ6_K, ql) + 64 * h + 32, ql1);
+      load_transposed(w, base + offsetof(BlockQ6_K, qh) + 32 * h, qh);
+      for (int k = 0; k < 4; ++k) {
+        for (int g = 0; g < 8; ++g) {
+          const __m512i src = k % 2 ? ql1[g] : ql0[g];
+          const __m512i low = _mm512_and_si512(k < 2 ? src : _mm512_srli_epi16(src, 4), low4);
+          const __m512i high = _mm512_slli_epi16(_mm512_and_si512(_mm512_srli_epi16(qh[g], 2 * k), low2), 4);
+          _mm512_store_si512(dst + 64 * (8 * (4 * h + k) + g), _mm512_or_si512(low, high));
         }
       }
-      __m128i sc[16];  // per row: the 16 int8 scales; transposed: one vector per group
-      for (int r = 0; r < kPanelRows; ++r) sc[r] = load128(w[r] + base + offsetof(BlockQ6_K, scales));
-      transpose16x16_bytes(sc);
-      for (int g = 0; g < 16; ++g) _mm512_store_si512(dst + kScales + 64 * g, _mm512_cvtepi8_epi32(sc[g]));
-      for (int i = 0; i < 8; ++i) {
-        const __m512i lo = _mm512_and_si512(_mm512_cvtepi8_epi32(sc[2 * i]), _mm512_set1_epi32(0xffff));
-        const __m512i hi = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc[2 * i + 1]), 16);
-        _mm512_store_si512(dst + kPairs + 64 * i, _mm512_or_si512(lo, hi));
-      }
-      for (int h = 0; h < 2; ++h)
-        _mm256_store_ps(reinterpret_cast<float*>(dst + kD + 32 * h),
-                        f16_rows8(w + 8 * h, base + offsetof(BlockQ6_K, d)));
     }
+    __m128i sc[16];  // per row: the 16 int8 scales; transposed: one vector per group
+    for (int r = 0; r < kPanelRows; ++r) sc[r] = load128(w[r] + base + offsetof(BlockQ6_K, scales));
+    transpose16x16_bytes(sc);
+    for (int g = 0; g < 16; ++g) _mm512_store_si512(dst + kScales + 64 * g, _mm512_cvtepi8_epi32(sc[g]));
+    for (int i = 0; i < 8; ++i) {
+      const __m512i lo = _mm512_and_si512(_mm512_cvtepi8_epi32(sc[2 * i]), _mm512_set1_epi32(0xffff));
+      const __m512i hi = _mm512_slli_epi32(_mm512_cvtepi8_epi32(sc[2 * i + 1]), 16);
+      _mm512_store_si512(dst + kPairs + 64 * i, _mm512_or_si512(lo, hi));
+    }
+    for (int h = 0; h < 2; ++h)
+      _mm256_store_ps(reinterpret_cast<float*>(dst + kD + 32 * h),
+                      f16_rows8(w + 8 * h, base + offsetof(BlockQ6_K, d)));
   }
 
   template <int T>
-  static void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
-    const int64_t nb = a.n_in / kQK_K;
-    const BlockQ8_K* y[T];
-    for (int t = 0; t < T; ++t) y[t] = act_k(a, t0 + t);
-    __m512 acc[T];
-    for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    for (int64_t b = 0; b < nb; ++b) {
-      const uint8_t* blk = panel + b * kPanelBlock;
-      __m512i isum[T], off[T];
-      for (int t = 0; t < T; ++t) isum[t] = off[t] = _mm512_setzero_si512();
-      add_scaled_group_dots<T, 16>(blk, blk + kScales, y, b, isum);
-      for (int i = 0; i < 8; ++i) {
-        const __m512i pr = _mm512_load_si512(blk + kPairs + 64 * i);
-        for (int t = 0; t < T; ++t) off[t] = _mm512_dpwssd_epi32(off[t], pr, bcast32(y[t][b].bsums + 2 * i));
-      }
-      const __m512 dv = _mm512_load_ps(blk + kD);
-      for (int t = 0; t < T; ++t) {
-        const __m512i s = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], 5));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, _mm512_set1_ps(y[t][b].d)), acc[t]);
-      }
+  static void block_dots(const uint8_t* blk, const Act (&y)[T], int64_t b, __m512 (&acc)[T]) {
+    __m512i isum[T], off[T];
+    for (int t = 0; t < T; ++t) isum[t] = off[t] = _mm512_setzero_si512();
+    add_scaled_group_dots<T, 16>(blk, blk + kScales, y, b, isum);
+    for (int i = 0; i < 8; ++i) {
+      const __m512i pr = _mm512_load_si512(blk + kPairs + 64 * i);
+      for (int t = 0; t < T; ++t) off[t] = _mm512_dpwssd_epi32(off[t], pr, bcast32(y[t][b].bsums + 2 * i));
     }
-    for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+    const __m512 dv = _mm512_load_ps(blk + kD);
+    for (int t = 0; t < T; ++t) {
+      const __m512i s = _mm512_sub_epi32(isum[t], _mm512_slli_epi32(off[t], 5));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dv, _mm512_set1_ps(y[t][b].d)), acc[t]);
+    }
   }
-
-  static size_t panel_bytes(int64_t n_in) { return static_cast<size_t>(n_in / kQK_K) * kPanelBlock; }
 };
 
 // ---- drivers -------------------------------------------------------------------------
@@ -709,12 +669,84 @@ inline void tile_tokens(const GemmArgs& a, int64_t r0, int rows, int64_t t0, int
   K::template tile<T>(a, r0, rows, t0);
 }
 
+// Packs rows r0..r0+rows-1 (rows <= 16; missing rows repeat the last) into a panel,
+// block by block, prefetching the next 16 rows (see prefetch_ahead).
+template <class K>
+void pack_panel(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+  const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
+  const uint8_t* w[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+  for (int64_t b = 0; b < nb; ++b) {
+    prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes);
+    K::pack_block(w, b, panel + b * K::kPanelBlock);
+  }
+}
+
+// 16 rows x T tokens over all blocks of a packed panel.
+template <class K, int T>
+void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0) {
+  const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
+  typename K::Act y[T];
+  for (int t = 0; t < T; ++t) y[t] = K::act(a, t0 + t);
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) K::template block_dots<T>(panel + b * K::kPanelBlock, y, b, acc);
+  for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
+}
+
 template <class K, int T = 4>
 inline void panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t r0, int rows, int64_t t0, int tokens) {
   if constexpr (T > 1) {
     if (tokens < T) return panel_tokens<K, T - 1>(a, panel, r0, rows, t0, tokens);
   }
-  K::template panel_tokens<T>(a, panel, r0, rows, t0);
+  panel_tokens<K, T>(a, panel, r0, rows, t0);
+}
+
+// Block b of a packed block against tokens t0..t0+T-1, their accumulators in memory.
+template <class K, int T>
+void block_tokens(const GemmArgs& a, const uint8_t* blk, int64_t b, int64_t t0, __m512* acc_mem) {
+  typename K::Act y[T];
+  __m512 acc[T];
+  for (int t = 0; t < T; ++t) {
+    y[t] = K::act(a, t0 + t);
+    acc[t] = _mm512_load_ps(reinterpret_cast<const float*>(acc_mem + t));
+  }
+  K::template block_dots<T>(blk, y, b, acc);
+  for (int t = 0; t < T; ++t) _mm512_store_ps(reinterpret_cast<float*>(acc_mem + t), acc[t]);
+}
+
+template <class K, int T = 4>
+inline void block_tokens(const GemmArgs& a, const uint8_t* blk, int64_t b, int64_t t0, int tokens, __m512* acc) {
+  if constexpr (T > 1) {
+    if (tokens < T) return block_tokens<K, T - 1>(a, blk, b, t0, tokens, acc);
+  }
+  block_tokens<K, T>(a, blk, b, t0, acc);
+}
+
+// Batches of up to this many tokens pack one block of 16 rows at a time and use it for
+// every token at once, instead of packing a whole panel and then running the tokens
+// over it: the packed block stays in L1, and the next rows' reads (prefetched during
+// the dots) overlap the dot products instead of stalling the packing.
+constexpr int64_t kBlockwiseTokens = 16;
+
+template <class K>
+void gemm_blockwise(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
+  alignas(64) uint8_t blk[K::kPanelBlock];
+  __m512 acc[kBlockwiseTokens];
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
+    for (int64_t b = 0; b < nb; ++b) {
+      prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes);
+      K::pack_block(w, b, blk);
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
+        block_tokens<K>(a, blk, b, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)), acc + t0);
+    }
+    for (int64_t t = 0; t < n_tokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
+  }
 }
 
 template <class K>
@@ -729,10 +761,12 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     }
     return;
   }
-  uint8_t* panel = panel_buffer(K::panel_bytes(a.n_in));
+  if (n_tokens <= kBlockwiseTokens) return gemm_blockwise<K>(a, n_rows, n_tokens);
+  const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
+  uint8_t* panel = panel_buffer(static_cast<size_t>(nb) * K::kPanelBlock);
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
-    K::pack(a, r0, rows, panel);
+    pack_panel<K>(a, r0, rows, panel);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
       panel_tokens<K>(a, panel, r0, rows, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)));
   }

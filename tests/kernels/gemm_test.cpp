@@ -272,7 +272,7 @@ TEST(GemmAvx512, EqualsScalarReferenceBitForBit) {
       const size_t stride = act_row_bytes(slow->act, n);
       for (bool extreme : {false, true}) {
         for (int64_t n_rows : {1, 7, 16, 23}) {
-          for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 18}) {  // panels from 4 or 8 tokens
+          for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 18}) {  // tiles, blockwise packing, panels
             auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
             if (extreme) {
               const TypeTraits& traits = type_traits(c.type);
