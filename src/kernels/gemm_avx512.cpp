@@ -144,10 +144,15 @@ uint8_t* panel_buffer(size_t bytes) {
 // is requested in order, one tile ahead. Prefetching past the matrix is harmless.
 // Packing a panel (16 rows) does the same for the next panel.
 template <int kRows = kDecodeRows>
-inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes) {
+inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, int part = 0,
+                           int parts = 1) {
   const size_t step = kRows * block_bytes;
   const uint8_t* next = a.w + (r0 + kRows) * a.w_stride + b * step;
-  for (size_t i = 0; i < step; i += 64) _mm_prefetch(reinterpret_cast<const char*>(next + i), _MM_HINT_T0);
+  // Part `part` of `parts`: a long step's prefetches spread over its work, so they do not
+  // queue behind each other for the few line-fill buffers at once.
+  const size_t lines = (step + 63) / 64;
+  const size_t begin = lines * part / parts, end = lines * (part + 1) / parts;
+  for (size_t i = begin; i < end; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + 64 * i), _MM_HINT_T0);
 }
 
 // Stores lanes 0..rows-1 of a 16-float vector to y[0..rows-1].
@@ -739,11 +744,14 @@ void gemm_blockwise(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
     for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
+    const int parts = 1 + static_cast<int>((n_tokens + 3) / 4);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes);
+      prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes, 0, parts);
       K::pack_block(w, b, blk);
-      for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
+      for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
+        prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes, 1 + static_cast<int>(t0 / 4), parts);
         block_tokens<K>(a, blk, b, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)), acc + t0);
+      }
     }
     for (int64_t t = 0; t < n_tokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
   }
