@@ -209,6 +209,18 @@ inline __m256 f16_rows8(const uint8_t* const* w, size_t off) {
       static_cast<short>(f16_bits(w[6] + off)), static_cast<short>(f16_bits(w[7] + off))));
 }
 
+// scales_mins_k4 from one 16-byte load without leaving the vector unit: `packed` must
+// have 4 readable bytes after the 12 (a K-quant block's qh or qs follow them).
+inline __m128i scales_mins_k4_vec(const uint8_t* packed) {
+  const __m128i u = load128(packed);                                             // u0 u1 u2 -
+  const __m128i a = _mm_shuffle_epi32(u, _MM_SHUFFLE(2, 1, 2, 0));               // u0 u2 u1 u2
+  const __m128i low = _mm_and_si128(_mm_srlv_epi32(a, _mm_setr_epi32(0, 0, 0, 4)),
+                                    _mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f));
+  const __m128i high = _mm_and_si128(_mm_srli_epi32(_mm_shuffle_epi32(u, _MM_SHUFFLE(1, 1, 0, 0)), 2),
+                                     _mm_setr_epi32(0, 0x30303030, 0, 0x30303030));  // - u0 - u1
+  return _mm_or_si128(low, high);  // s_lo s_hi m_lo m_hi
+}
+
 // Activation row views for Q8_0: q bytes, float scales, int32 block sums.
 struct ActRow {
   const int8_t* q;
@@ -416,7 +428,7 @@ struct QK4 {
       __m256i isum[T][8], imin[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const Block& blk = w[r][b];
-        const __m128i sm = scales_mins_k4(blk.scales);
+        const __m128i sm = scales_mins_k4_vec(blk.scales);
         const __m512i sm4 = _mm512_broadcast_i32x4(sm);
         const __m256i mins = _mm256_shuffle_epi8(_mm512_castsi512_si256(sm4), pick_mins);
         [[maybe_unused]] __m512i qh;
