@@ -90,7 +90,8 @@ int run(int argc, char** argv) {
   std::string ids;
   for (int i = 0; i < greedy; ++i) {
     int32_t next = static_cast<int32_t>(std::max_element(last.begin(), last.end()) - last.begin());
-    ids += (i ? " " : "") + std::to_string(next);
+    if (i) ids += ' ';  // not `" " + std::to_string(...)`: GCC 12 warns falsely (-Wrestrict) on it
+    ids += std::to_string(next);
     if (i + 1 == greedy) break;
     if (!cache.reserve(0, 1)) throw ridge::Error("KV cache too small");
     ridge::Batch b;
