@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <span>
 #include <vector>
 
 #include "core/error.h"
@@ -77,6 +78,91 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, T
   matmul_isa(w, x, y, n_tokens, pool, scratch, best_isa());
 }
 
+namespace {
+
+// The quantized-GEMM path for matrices that share x and one activation format: x
+// quantized once, then one parallel region over all their 16-row tiles in order.
+void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKernel* const> kernels,
+                const float* x, std::span<float* const> ys, int64_t n_tokens, ThreadPool& pool, Scratch& scratch,
+                Isa isa) {
+  const GemmKernel* kernel = kernels[0];
+  const int64_t n_in = ws[0]->n_in;
+  // Quantize every token row once; all threads then read them.
+  const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
+  size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
+  float* scales_t = nullptr;
+  if (kernel->act != ActFormat::kF32) {
+    act_stride = act_row_bytes(kernel->act, n_in);
+    uint8_t* dst = scratch.shared_data();
+    auto quantize = [&](int64_t begin, int64_t end, int) {
+      for (int64_t t = begin; t < end; ++t)
+        quantize_activations(kernel->act, isa, x + t * n_in, dst + t * act_stride, n_in);
+    };
+    if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
+    else quantize(0, n_tokens, 0);
+    act = dst;
+    if (kernel->act == ActFormat::kQ8_0 && n_tokens > 1) {
+      scales_t = reinterpret_cast<float*>(dst + n_tokens * act_stride);
+      transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
+    }
+  }
+  // Each thread streams its own contiguous share of the rows in order (one forward
+  // stream: the kernels' prefetch of the next rows always lands on rows this thread
+  // reads next), in chunks of whole 16-row tiles so a thread slowed by another process
+  // has its last chunks taken by the others. Measured against dynamic chunks of an
+  // eighth of the rows each (every chunk start a cold read, half the prefetches
+  // landing on the other core): decode +6-27% at 2 threads on the three models.
+  // Several matrices are one sequence of tiles, each matrix's starting on a whole tile.
+  constexpr int64_t kTile = 16;
+  constexpr size_t kMaxGroup = 4;
+  int64_t tile_begin[kMaxGroup + 1] = {0};
+  for (size_t i = 0; i < ws.size(); ++i) tile_begin[i + 1] = tile_begin[i] + (ws[i]->n_out + kTile - 1) / kTile;
+  const int64_t n_tiles = tile_begin[ws.size()];
+  const int64_t tiles_per_chunk = std::max<int64_t>(1, n_tiles / (8 * pool.n_threads()));
+  const int32_t* sums_t =
+      scales_t ? reinterpret_cast<const int32_t*>(scales_t + q8_0_scales_t_floats(n_in, n_tokens)) : nullptr;
+  pool.parallel_for_stealing(n_tiles, tiles_per_chunk, [&](int64_t begin, int64_t end, int) {
+    for (size_t i = 0; i < ws.size() && begin < end; ++i) {
+      if (begin >= tile_begin[i + 1]) continue;
+      const int64_t stop = std::min(end, tile_begin[i + 1]);
+      const WeightMatrix& w = *ws[i];
+      const int64_t r0 = (begin - tile_begin[i]) * kTile;
+      const int64_t rows = std::min((stop - tile_begin[i]) * kTile, w.n_out) - r0;
+      const GemmArgs args{n_in,      w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
+                          ys[i] + r0, w.n_out, scales_t, sums_t, q8_0_scales_t_stride(n_tokens)};
+      kernels[i]->gemm(args, rows, n_tokens);
+      begin = stop;
+    }
+  });
+}
+
+}  // namespace
+
+void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::span<float* const> ys,
+                  int64_t n_tokens, ThreadPool& pool, Scratch& scratch) {
+  if (ws.size() != ys.size() || ws.empty() || ws.size() > 4)
+    throw Error(str_cat("matmul_group: ", ws.size(), " matrices and ", ys.size(), " outputs (1 to 4 of each)"));
+  const Isa isa = best_isa();
+  const GemmKernel* kernels[4] = {};
+  bool together = matmul_mode() != MatmulMode::kFloat;
+  for (size_t i = 0; i < ws.size(); ++i) {
+    check_weight_matrix(*ws[i], "matmul_group");
+    if (ws[i]->n_in != ws[0]->n_in)
+      throw Error(str_cat("matmul_group: matrix ", i, " has ", ws[i]->n_in, " columns, matrix 0 has ", ws[0]->n_in));
+    kernels[i] = gemm_kernel(ws[i]->dtype, isa);
+    together = together && kernels[i] != nullptr && kernels[i]->act == kernels[0]->act;
+  }
+  if (!together || n_tokens <= 0) {  // different activation formats, or float paths: one by one
+    for (size_t i = 0; i < ws.size(); ++i) matmul_isa(*ws[i], x, ys[i], n_tokens, pool, scratch, isa);
+    return;
+  }
+  for (const WeightMatrix* w : ws) {
+    scratch.require(pool.n_threads(), matmul_scratch_floats(*w), "matmul_group");
+    scratch.require_shared(matmul_shared_bytes(*w, n_tokens), "matmul_group");
+  }
+  gemm_group(ws, std::span<const GemmKernel* const>(kernels, ws.size()), x, ys, n_tokens, pool, scratch, isa);
+}
+
 void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
                 Scratch& scratch, Isa isa) {
   check_weight_matrix(w, "matmul");
@@ -89,44 +175,9 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
 
   const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? nullptr : gemm_kernel(w.dtype, isa);
   if (kernel != nullptr) {
-    // Quantize every token row once; all threads then read them.
-    const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
-    size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
-    float* scales_t = nullptr;
-    if (kernel->act != ActFormat::kF32) {
-      act_stride = act_row_bytes(kernel->act, n_in);
-      uint8_t* dst = scratch.shared_data();
-      auto quantize = [&](int64_t begin, int64_t end, int) {
-        for (int64_t t = begin; t < end; ++t)
-          quantize_activations(kernel->act, isa, x + t * n_in, dst + t * act_stride, n_in);
-      };
-      if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
-      else quantize(0, n_tokens, 0);
-      act = dst;
-      if (kernel->act == ActFormat::kQ8_0 && n_tokens > 1) {
-        scales_t = reinterpret_cast<float*>(dst + n_tokens * act_stride);
-        transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
-      }
-    }
-    // Each thread streams its own contiguous share of the rows in order (one forward
-    // stream: the kernels' prefetch of the next rows always lands on rows this thread
-    // reads next), in chunks of whole 16-row tiles so a thread slowed by another process
-    // has its last chunks taken by the others. Measured against dynamic chunks of an
-    // eighth of the rows each (every chunk start a cold read, half the prefetches
-    // landing on the other core): decode +6-27% at 2 threads on the three models.
-    constexpr int64_t kTile = 16;
-    const int64_t n_tiles = (n_out + kTile - 1) / kTile;
-    const int64_t tiles_per_chunk = std::max<int64_t>(1, n_tiles / (8 * pool.n_threads()));
-    pool.parallel_for_stealing(n_tiles, tiles_per_chunk, [&](int64_t begin, int64_t end, int) {
-      const int64_t r0 = begin * kTile;
-      const int64_t rows = std::min(end * kTile, n_out) - r0;
-      const GemmArgs args{n_in,   w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
-                          y + r0, n_out, scales_t,
-                          scales_t ? reinterpret_cast<const int32_t*>(scales_t + q8_0_scales_t_floats(n_in, n_tokens))
-                                   : nullptr,
-                          q8_0_scales_t_stride(n_tokens)};
-      kernel->gemm(args, rows, n_tokens);
-    });
+    const WeightMatrix* ws[1] = {&w};
+    float* ys[1] = {y};
+    gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), x, ys, n_tokens, pool, scratch, isa);
     return;
   }
 

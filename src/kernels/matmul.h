@@ -13,6 +13,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -61,6 +62,13 @@ size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens);
 // Throws ridge::Error if w fails check_weight_matrix or scratch is too small.
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
             Scratch& scratch);
+
+// The same x against up to 4 matrices of equal n_in (Q/K/V, gate/up): one parallel
+// region, x quantized once, each thread streaming its share of all their rows. ys[i]
+// gets exactly what matmul(*ws[i], x, ys[i], ...) gives. Matrices whose kernels take
+// different activation formats (or no quantized kernel) run one matmul each.
+void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::span<float* const> ys,
+                  int64_t n_tokens, ThreadPool& pool, Scratch& scratch);
 
 // matmul with the kernels of a given ISA (tests and benchmarks compare kScalar and
 // kAvx2; kAvx2 needs best_isa() == kAvx2).

@@ -149,9 +149,11 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   const int64_t kv_dim = int64_t{c.n_kv_head} * c.d_head;
 
   kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
-  kernels::matmul(w.wq, h_.data(), q_.data(), n, pool_, scratch_);
-  kernels::matmul(w.wk, h_.data(), k_.data(), n, pool_, scratch_);
-  kernels::matmul(w.wv, h_.data(), v_.data(), n, pool_, scratch_);
+  {  // one parallel region, h quantized once
+    const kernels::WeightMatrix* ws[] = {&w.wq, &w.wk, &w.wv};
+    float* ys[] = {q_.data(), k_.data(), v_.data()};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+  }
   if (c.qkv_bias) {
     for (int32_t t = 0; t < n; ++t) {
       kernels::add(q_.data() + t * q_dim, w.bq, q_.data() + t * q_dim, q_dim);
@@ -200,8 +202,11 @@ void Model::mlp_layer(int il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t n_ff_total = int64_t{n} * c.n_ff;
   kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
-  kernels::matmul(w.w_gate, h_.data(), gate_.data(), n, pool_, scratch_);
-  kernels::matmul(w.w_up, h_.data(), up_.data(), n, pool_, scratch_);
+  {
+    const kernels::WeightMatrix* ws[] = {&w.w_gate, &w.w_up};
+    float* ys[] = {gate_.data(), up_.data()};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+  }
   if (c.activation == Activation::kGelu)
     kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
   else

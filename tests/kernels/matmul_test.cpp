@@ -24,9 +24,9 @@ struct QuantizedMatrix {
   WeightMatrix w;
 };
 
-QuantizedMatrix make_matrix(DType type, int64_t n_in, int64_t n_out, size_t padding = 0) {
+QuantizedMatrix make_matrix(DType type, int64_t n_in, int64_t n_out, size_t padding = 0, uint32_t seed = 17) {
   const TypeTraits& traits = type_traits(type);
-  const auto values = random_floats(static_cast<size_t>(n_in * n_out), 17);
+  const auto values = random_floats(static_cast<size_t>(n_in * n_out), seed);
   QuantizedMatrix m;
   const size_t row_bytes = row_size(type, n_in) + padding;
   m.bytes.assign(row_bytes * static_cast<size_t>(n_out), 0xAB);
@@ -213,6 +213,62 @@ TEST(Matmul, PaddedRowStrideIsHonoured) {
     matmul(dense.w, x.data(), want.data(), 2, pool, scratch);
     EXPECT_EQ(got, want) << dtype_name(type);
   }
+}
+
+// Q/K/V and gate/up run as one group: each output must be bit for bit what its own
+// matmul gives, for one and several tokens, any thread count, matrices of one type or
+// mixed, and groups that must fall back to one matmul each (different activations).
+TEST(Matmul, GroupEqualsSeparateMatmuls) {
+  const std::vector<std::vector<DType>> groups = {
+      {DType::Q4_K, DType::Q4_K, DType::Q6_K},  // Q4_K_M attention: one Q8_K activation
+      {DType::Q5_0, DType::Q5_0, DType::Q8_0},  // Qwen 0.5B: one Q8_0 activation
+      {DType::Q4_K, DType::Q8_0},               // different activations: one by one
+      {DType::F32, DType::Q8_0, DType::F16},    // float paths among them
+  };
+  const int64_t n_in = 512;
+  for (const auto& types : groups) {
+    std::vector<QuantizedMatrix> ms;
+    for (size_t i = 0; i < types.size(); ++i)
+      ms.push_back(make_matrix(types[i], n_in, 23 + 40 * static_cast<int64_t>(i), 0, 100 + static_cast<uint32_t>(i)));
+    for (int threads : {1, 2, 3}) {
+      ThreadPool pool(threads);
+      for (int64_t n_tokens : {1, 5, 20}) {
+        Scratch scratch;
+        for (const auto& m : ms) {
+          scratch.reserve(threads, matmul_scratch_floats(m.w));
+          scratch.reserve_shared(matmul_shared_bytes(m.w, n_tokens));
+        }
+        const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 7);
+        std::vector<std::vector<float>> got(ms.size()), want(ms.size());
+        std::vector<const WeightMatrix*> ws;
+        std::vector<float*> ys;
+        for (size_t i = 0; i < ms.size(); ++i) {
+          got[i].assign(static_cast<size_t>(n_tokens * ms[i].w.n_out), -1.0f);
+          want[i].resize(got[i].size());
+          matmul(ms[i].w, x.data(), want[i].data(), n_tokens, pool, scratch);
+          ws.push_back(&ms[i].w);
+          ys.push_back(got[i].data());
+        }
+        matmul_group(ws, x.data(), ys, n_tokens, pool, scratch);
+        for (size_t i = 0; i < ms.size(); ++i)
+          EXPECT_EQ(got[i], want[i]) << "matrix " << i << " (" << dtype_name(types[i]) << ") threads " << threads
+                                     << " tokens " << n_tokens;
+      }
+    }
+  }
+}
+
+TEST(Matmul, GroupRejectsMismatchedShapes) {
+  const QuantizedMatrix a = make_matrix(DType::Q8_0, 256, 4), b = make_matrix(DType::Q8_0, 512, 4);
+  ThreadPool pool(2);
+  Scratch scratch(2, matmul_scratch_floats(b.w));
+  scratch.reserve_shared(matmul_shared_bytes(b.w, 1));
+  std::vector<float> x(512), ya(4), yb(4);
+  const WeightMatrix* ws[] = {&a.w, &b.w};
+  float* ys[] = {ya.data(), yb.data()};
+  EXPECT_THROW(matmul_group(ws, x.data(), ys, 1, pool, scratch), Error);  // n_in differs
+  float* one[] = {ya.data()};
+  EXPECT_THROW(matmul_group(ws, x.data(), one, 1, pool, scratch), Error);  // 2 matrices, 1 output
 }
 
 TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
