@@ -92,7 +92,8 @@ int64_t ThreadPool::claim_chunk(int owner, bool front) {
     const uint64_t begin = v & 0xffffffffu, end = v >> 32;
     if (begin >= end) return -1;
     const uint64_t next = front ? (begin + 1) | (end << 32) : begin | ((end - 1) << 32);
-    if (range.compare_exchange_weak(v, next, std::memory_order_relaxed)) return static_cast<int64_t>(front ? begin : end - 1);
+    if (range.compare_exchange_weak(v, next, std::memory_order_relaxed))
+      return static_cast<int64_t>(front ? begin : end - 1);
   }
 }
 
