@@ -7,7 +7,9 @@
 // Like llama-bench: random tokens; every repetition starts from an empty KV cache; pp
 // feeds n_prompt tokens in chunks of n_batch with logits for each chunk's last token; tg
 // feeds n_gen single tokens (positions 0..n_gen-1) with logits for each; one warm-up run
-// before the timed ones.
+// before the timed ones. Unlike llama-bench, every test is a request to the same Engine
+// that `ridge run` and `ridge serve` use, so a figure here includes what users pay for:
+// scheduling, sampling (greedy: an argmax over the vocabulary per token), streaming.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -24,6 +26,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "engine/engine.h"
 #include "model/model.h"
 #include "plan/probe.h"
 
@@ -132,78 +135,94 @@ double kv_bytes_read(const ModelConfig& c, int64_t pos) {
   return bytes;
 }
 
+// Drives the engine as llama-bench drives llama.cpp: random tokens, an empty cache per
+// repetition (no prefix cache), greedy sampling, end-of-generation ignored.
 class Runner {
  public:
-  Runner(const std::string& path, int threads, int max_tokens, int max_seqs, int max_context)
-      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = max_tokens})) {
-    const ModelConfig& c = model_->config();
-    KvCacheConfig kv = model_->kv_cache_config(0, max_seqs, max_context + 16);
-    kv.budget_bytes = kv_bytes_per_token(kv) * (static_cast<size_t>(max_context) + max_tokens + 64) * max_seqs;
-    cache_ = std::make_unique<KvCache>(kv);
-    logits_.resize(static_cast<size_t>(std::max(max_seqs, 1)) * c.n_vocab);
+  Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context)
+      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs)})) {
+    EngineOptions o;
+    o.parallel = max_seqs;
+    o.max_batch_tokens = std::max(n_batch, max_seqs);
+    o.n_ctx = max_context + 1;  // pp: the prompt and its one sampled token
+    o.max_queue = std::max(max_seqs, 64);
+    o.prefix_cache = false;
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
+    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
+    engine_->start();
     std::mt19937 rng(1234);
-    std::uniform_int_distribution<int32_t> token(0, c.n_vocab - 1);
-    tokens_.resize(static_cast<size_t>(std::max(max_tokens, max_context)) + 16);
+    std::uniform_int_distribution<int32_t> token(0, model_->config().n_vocab - 1);
+    tokens_.resize(static_cast<size_t>(max_context) + static_cast<size_t>(max_seqs) + 16);
     for (int32_t& t : tokens_) t = token(rng);
   }
 
   Model& model() { return *model_; }
 
-  void reset(int n_seq) {
-    for (int32_t s = 0; s < cache_->max_sequences(); ++s)
-      if (cache_->has_sequence(s)) cache_->free_sequence(s);
-    for (int32_t s = 0; s < n_seq; ++s) cache_->add_sequence(s);
-  }
-
-  // Seconds to feed n_prompt tokens to one empty sequence in chunks of n_batch.
-  double prompt(int n_prompt, int n_batch) {
-    reset(1);
-    const auto start = std::chrono::steady_clock::now();
-    for (int done = 0; done < n_prompt;) {
-      const int n = std::min(n_batch, n_prompt - done);
-      if (!cache_->reserve(0, n)) throw Error("bench: the KV cache is too small for the prompt");
-      batch_.clear();
-      batch_.add_sequence(0, done, std::span<const int32_t>(tokens_).subspan(done, n), LogitRows::kLast);
-      model_->forward(batch_, *cache_, logits_.data());
-      done += n;
-    }
+  // Seconds to compute n_prompt tokens of one fresh sequence (chunks of n_batch per step)
+  // and sample its first token.
+  double prompt(int n_prompt) {
+    const auto start = Clock::now();
+    run({request(0, n_prompt, 1)}, nullptr);
     return seconds_since(start);
   }
 
-  // Seconds for n_gen decode steps of n_seq sequences (one token each per step); each
-  // step's seconds go to step_seconds when given. Without the cache (use_cache false),
-  // step i recomputes positions 0..i from scratch, as a model with no KV cache must.
+  // Seconds for n_gen decode steps of n_seq sequences started together from one token
+  // each; each step's seconds (as the first sequence sees them) go to step_seconds when
+  // given. Without the cache (use_cache false), step i computes positions 0..i afresh, as a
+  // model with no KV cache must: a request of i + 1 prompt tokens and one sampled token.
   double generate(int n_gen, int n_seq, bool use_cache = true, std::vector<double>* step_seconds = nullptr) {
-    reset(n_seq);
-    const auto start = std::chrono::steady_clock::now();
-    for (int step = 0; step < n_gen; ++step) {
-      const auto step_start = std::chrono::steady_clock::now();
-      if (!use_cache) {
-        prompt(step + 1, model_->max_batch_tokens());
+    const auto start = Clock::now();
+    if (!use_cache) {
+      for (int step = 0; step < n_gen; ++step) {
+        const auto step_start = Clock::now();
+        run({request(0, step + 1, 1)}, nullptr);
         if (step_seconds != nullptr) step_seconds->push_back(seconds_since(step_start));
-        continue;
       }
-      batch_.clear();
-      for (int32_t s = 0; s < n_seq; ++s) {
-        if (!cache_->reserve(s, 1)) throw Error("bench: the KV cache is too small for the batch");
-        batch_.add_sequence(s, step, std::span<const int32_t>(tokens_).subspan((step + s) % tokens_.size(), 1),
-                            LogitRows::kLast);
-      }
-      model_->forward(batch_, *cache_, logits_.data());
-      if (step_seconds != nullptr) step_seconds->push_back(seconds_since(step_start));
+      return seconds_since(start);
     }
+    std::vector<RequestParams> requests;
+    for (int s = 0; s < n_seq; ++s) requests.push_back(request(s, 1, n_gen));
+    run(std::move(requests), step_seconds);
     return seconds_since(start);
   }
 
  private:
-  static double seconds_since(std::chrono::steady_clock::time_point start) {
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  using Clock = std::chrono::steady_clock;
+
+  static double seconds_since(Clock::time_point start) {
+    return std::chrono::duration<double>(Clock::now() - start).count();
+  }
+
+  RequestParams request(int first_token, int n_prompt, int n_gen) const {
+    RequestParams p;
+    p.prompt.assign(tokens_.begin() + first_token, tokens_.begin() + first_token + n_prompt);
+    p.max_tokens = n_gen;
+    p.sampling.temperature = 0;
+    p.ignore_eos = true;
+    return p;
+  }
+
+  // Runs the requests together to the end; the first one's token arrival times give the
+  // step latencies.
+  void run(std::vector<RequestParams> requests, std::vector<double>* step_seconds) {
+    std::vector<std::shared_ptr<RequestStream>> streams = engine_->submit(std::move(requests));
+    auto last = Clock::now();
+    for (size_t i = 0; i < streams.size(); ++i) {
+      for (StreamEvent ev; streams[i]->next(ev);) {
+        if (ev.finished && ev.finish_reason != FinishReason::kLength)
+          throw Error(str_cat("bench: a request ended with '", finish_reason_name(ev.finish_reason), "' ", ev.error));
+        if (i != 0 || step_seconds == nullptr || ev.tokens.empty()) continue;
+        const auto now = Clock::now();
+        for (size_t t = 0; t < ev.tokens.size(); ++t)
+          step_seconds->push_back(std::chrono::duration<double>(now - last).count() / ev.tokens.size());
+        last = now;
+      }
+    }
   }
 
   std::unique_ptr<Model> model_;
-  std::unique_ptr<KvCache> cache_;
-  Batch batch_;
-  std::vector<float> logits_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<Engine> engine_;
   std::vector<int32_t> tokens_;
 };
 
@@ -295,14 +314,13 @@ void bench(BenchOptions opt) {
   const int max_prompt = opt.n_prompt.empty() ? 0 : *std::max_element(opt.n_prompt.begin(), opt.n_prompt.end());
   const int max_gen = opt.n_gen.empty() ? 0 : *std::max_element(opt.n_gen.begin(), opt.n_gen.end());
   const int max_seqs = opt.batch.empty() ? 1 : std::max(1, *std::max_element(opt.batch.begin(), opt.batch.end()));
-  const int max_tokens = std::max({opt.n_batch, max_seqs, 1});
   const int max_context = std::max({max_prompt, max_gen, 1});
 
   std::vector<Result> results;
   ModelFacts facts;
   bool header = false;
   for (int threads : opt.threads) {
-    Runner runner(path, threads, max_tokens, max_seqs, max_context);
+    Runner runner(path, threads, opt.n_batch, max_seqs, max_context);
     if (!header) {
       facts = model_facts(path, runner.model());
       if (!opt.json) print_header();
@@ -324,8 +342,8 @@ void bench(BenchOptions opt) {
       r.n_prompt = n_prompt;
       r.threads = threads;
       r.tokens = n_prompt;
-      runner.prompt(n_prompt, opt.n_batch);  // warm-up
-      for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt, opt.n_batch) * 1e9);
+      runner.prompt(n_prompt);  // warm-up
+      for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt) * 1e9);
       finish(std::move(r));
     }
     std::vector<Result> generated;  // printed after the second bandwidth probe

@@ -4,7 +4,10 @@
 // generation speeds go to stderr, like llama.cpp prints them.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
+#include <functional>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -14,7 +17,7 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
-#include "engine/generator.h"
+#include "engine/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/unicode.h"
 
@@ -37,12 +40,25 @@ struct RunOptions {
   SamplingParams sampling;
 };
 
-void print_stats(const GenerationStats& s) {
+// What one request took, as the client sees it: the prompt until the first token, then
+// the rest of the tokens.
+struct RunStats {
+  int32_t n_prompt = 0;
+  int32_t n_cached = 0;  // prompt tokens the prefix cache served (a chat's earlier turns)
+  int32_t n_generated = 0;
+  double prompt_seconds = 0;    // submit to first token
+  double generate_seconds = 0;  // first token to last
+};
+
+void print_stats(const RunStats& s) {
   auto rate = [](int32_t n, double sec) { return sec > 0 ? n / sec : 0.0; };
-  std::fprintf(stderr, "\nprompt eval: %5d tokens in %8.3f s (%8.2f tokens/s)\n", s.n_prompt, s.prompt_seconds,
-               rate(s.n_prompt, s.prompt_seconds));
-  std::fprintf(stderr, "generation:  %5d tokens in %8.3f s (%8.2f tokens/s)\n", s.n_generated, s.generate_seconds,
-               rate(s.n_generated, s.generate_seconds));
+  const int32_t n_computed = s.n_prompt - s.n_cached;
+  std::fprintf(stderr, "\nprompt eval: %5d tokens in %8.3f s (%8.2f tokens/s)", n_computed, s.prompt_seconds,
+               rate(n_computed, s.prompt_seconds));
+  if (s.n_cached > 0) std::fprintf(stderr, "; %d more from the prefix cache", s.n_cached);
+  const int32_t n_after_first = std::max(s.n_generated - 1, 0);
+  std::fprintf(stderr, "\ngeneration:  %5d tokens in %8.3f s (%8.2f tokens/s)\n", s.n_generated, s.generate_seconds,
+               rate(n_after_first, s.generate_seconds));
 }
 
 bool write_stdout(std::string_view text) {
@@ -61,18 +77,49 @@ void check_text(const std::string& text, const char* what) {
   if (!unicode::is_valid_utf8(text)) throw Error(str_cat(what, " is not valid UTF-8"));
 }
 
-void run_once(Generator& gen, const Tokenizer& tok, const RunOptions& opt) {
+// Runs one request on the engine, streaming its text through on_text.
+RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions& opt,
+                  const std::function<void(std::string_view)>& on_text) {
+  using Clock = std::chrono::steady_clock;
+  RequestParams params;
+  params.prompt = std::move(prompt);
+  params.max_tokens = opt.n_predict < 0 ? 0 : opt.n_predict;  // 0: up to the context
+  params.sampling = opt.sampling;
+  RunStats stats;
+  stats.n_prompt = static_cast<int32_t>(params.prompt.size());
+  const Clock::time_point start = Clock::now();
+  Clock::time_point first;
+  std::shared_ptr<RequestStream> stream = engine.submit(std::move(params));
+  for (StreamEvent ev; stream->next(ev);) {
+    if (stats.n_generated == 0 && ev.completion_tokens > 0) first = Clock::now();
+    on_text(ev.text);
+    stats.n_generated = ev.completion_tokens;
+    stats.n_cached = ev.cached_prompt_tokens;
+    if (ev.finished && ev.finish_reason == FinishReason::kError) throw Error(str_cat("generation failed: ", ev.error));
+  }
+  const Clock::time_point end = Clock::now();
+  if (stats.n_generated > 0) {
+    stats.prompt_seconds = std::chrono::duration<double>(first - start).count();
+    stats.generate_seconds = std::chrono::duration<double>(end - first).count();
+  }
+  return stats;
+}
+
+void run_once(Engine& engine, const Tokenizer& tok, const RunOptions& opt) {
   std::string prompt = opt.prompt_file.empty() ? opt.prompt : read_file(opt.prompt_file);
   if (prompt.empty()) throw Error("the prompt is empty: give -p TEXT or -f FILE");
   check_text(prompt, "the prompt");
   std::vector<int32_t> ids = tok.encode(prompt);
   if (opt.echo) write_stdout(prompt);
-  GenerationStats s = gen.generate(ids, opt.n_predict, opt.sampling, write_stdout);
+  RunStats s = generate(engine, std::move(ids), opt, write_stdout);
   write_stdout("\n");
   print_stats(s);
 }
 
-void run_chat(Generator& gen, const Tokenizer& tok, const ChatTemplate& tmpl, const RunOptions& opt) {
+// Each turn is one request holding the whole conversation; the prefix cache still holds
+// the earlier turns' blocks (freed blocks keep their K/V until the pool needs them), so
+// only the new message and the last partial block are computed.
+void run_chat(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const RunOptions& opt) {
   std::vector<ChatMessage> messages;
   if (!opt.system.empty()) messages.push_back({"system", opt.system});
   std::fprintf(stderr, "chat (%s template); an empty line or Ctrl-D ends it\n",
@@ -83,23 +130,13 @@ void run_chat(Generator& gen, const Tokenizer& tok, const ChatTemplate& tmpl, co
     if (!std::getline(std::cin, line) || line.empty()) break;
     check_text(line, "the message");
     messages.push_back({"user", line});
-    std::vector<int32_t> ids = tok.encode(apply_chat_template(tmpl, messages, true));
-    // Feed only what the cache lacks; if the rendering diverged from what was generated
-    // (re-tokenization), start the conversation over in the cache.
-    std::vector<int32_t> known = gen.history();
-    known.insert(known.end(), gen.pending().begin(), gen.pending().end());
-    size_t common = 0;
-    while (common < known.size() && common < ids.size() && known[common] == ids[common]) ++common;
-    if (common < known.size() || common == ids.size()) {
-      gen.reset();
-      common = 0;
-    }
+    std::vector<int32_t> ids = tok.encode(apply_chat_template(tmpl, messages, true), /*add_special=*/true,
+                                          /*parse_special=*/true);
     std::string reply;
-    GenerationStats s = gen.generate(std::span(ids).subspan(common), opt.n_predict, opt.sampling,
-                                     [&](std::string_view text) {
-                                       reply += text;
-                                       return write_stdout(text);
-                                     });
+    RunStats s = generate(engine, std::move(ids), opt, [&](std::string_view text) {
+      reply += text;
+      write_stdout(text);
+    });
     write_stdout("\n");
     print_stats(s);
     messages.push_back({"assistant", reply});
@@ -107,7 +144,8 @@ void run_chat(Generator& gen, const Tokenizer& tok, const ChatTemplate& tmpl, co
 }
 
 void run(RunOptions opt) {
-  if (opt.n_predict < 0) throw Error(str_cat("-n must be >= 0, got ", opt.n_predict));
+  if (opt.n_predict < -1 || opt.n_predict == 0)
+    throw Error(str_cat("-n must be >= 1, or -1 for up to the context; got ", opt.n_predict));
   if (opt.kv_budget_mib < 0) throw Error("--kv-budget must be positive");
   opt.sampling.seed = opt.seed >= 0 ? static_cast<uint64_t>(opt.seed) : std::random_device{}();
   validate(opt.sampling);
@@ -116,16 +154,23 @@ void run(RunOptions opt) {
   auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.batch});
   Tokenizer tok = Tokenizer::from_gguf(model->file());
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
-  GeneratorOptions gen_opt;
-  gen_opt.n_ctx = opt.n_ctx;
-  gen_opt.kv_budget_bytes = static_cast<size_t>(opt.kv_budget_mib * 1024 * 1024);
-  Generator gen(*model, tok, gen_opt);
-  std::fprintf(stderr, "%s; context %d tokens; %d threads\n", gen.cache().summary().c_str(), gen.n_ctx(),
-               model->pool().n_threads());
-  if (opt.chat)
-    run_chat(gen, tok, detect_chat_template(model->file()), opt);
-  else
-    run_once(gen, tok, opt);
+  EngineOptions engine_options;
+  engine_options.parallel = 1;
+  engine_options.max_batch_tokens = opt.batch;
+  engine_options.n_ctx = opt.n_ctx;
+  engine_options.kv_budget_bytes = static_cast<size_t>(opt.kv_budget_mib * 1024 * 1024);
+  Engine engine(*model, tok, engine_options);
+  std::fprintf(stderr, "%s; context %d tokens; %d threads\n", engine.kv_summary().c_str(),
+               engine.limits().max_request_tokens, model->pool().n_threads());
+  engine.start();
+  try {
+    if (opt.chat)
+      run_chat(engine, tok, detect_chat_template(model->file()), opt);
+    else
+      run_once(engine, tok, opt);
+  } catch (const EngineError& e) {
+    throw Error(e.what());
+  }
 }
 
 }  // namespace
@@ -140,7 +185,8 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("-m,--model", opt->model, "GGUF file or cached model name")->required();
   cmd->add_option("-p,--prompt", opt->prompt, "Prompt text");
   cmd->add_option("-f,--file", opt->prompt_file, "Read the prompt from a file");
-  cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate")->capture_default_str();
+  cmd->add_option("-n,--n-predict", opt->n_predict, "Tokens to generate (-1: up to the context)")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->add_option("-c,--ctx-size", opt->n_ctx, "Context size in tokens (0: model's, capped at 8192)");
   cmd->add_option("-b,--batch-size", opt->batch, "Most tokens per forward step (prefill chunk)")->capture_default_str();

@@ -100,8 +100,8 @@ void serve(const ServeOptions& opt) {
   engine.start();
   EngineMetrics m = engine.metrics();
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
-  std::fprintf(stderr, "engine: %d parallel, context %d, %d KV blocks, %d tokens per step, %d threads%s\n",
-               opt.parallel, engine.n_ctx(), m.kv_blocks_total, opt.max_batch_tokens, model->pool().n_threads(),
+  std::fprintf(stderr, "engine: %d parallel, context %d (%d per request), %d KV blocks, %d tokens per step, %d threads%s\n",
+               opt.parallel, engine.limits().n_ctx, engine.limits().max_request_tokens, m.kv_blocks_total, opt.max_batch_tokens, model->pool().n_threads(),
                opt.no_prefix_cache ? ", prefix cache off" : "");
   std::fprintf(stderr, "serve: model '%s'%s; listening on http://%s:%d\n", server_options.model_name.c_str(),
                opt.api_key.empty() ? "" : " (API key required)", opt.host.c_str(), port);

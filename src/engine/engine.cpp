@@ -64,17 +64,6 @@ struct Request : SequenceState {
 
 }  // namespace
 
-const char* finish_reason_name(FinishReason r) {
-  switch (r) {
-    case FinishReason::kNone: return "none";
-    case FinishReason::kStop: return "stop";
-    case FinishReason::kLength: return "length";
-    case FinishReason::kCancelled: return "cancelled";
-    case FinishReason::kError: return "error";
-  }
-  return "unknown";
-}
-
 // ---------------------------------------------------------------- RequestStream
 
 bool RequestStream::next(StreamEvent& event) {
@@ -125,8 +114,7 @@ struct Engine::Impl {
   Model& model;
   const Tokenizer& tokenizer;
   EngineOptions options;
-  int32_t n_ctx = 0;
-  int32_t max_request_tokens = 0;  // prompt + max_tokens at most: context and KV limits
+  EngineLimits limits;
   int32_t n_vocab = 0;
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Scheduler> scheduler;
@@ -160,10 +148,11 @@ struct Engine::Impl {
   void remove_finished();
   void publish_metrics();
   void cancel_everything();
+  std::unique_ptr<Request> make_request(RequestParams& params) const;  // validates: EngineError
+  void queue(std::vector<std::unique_ptr<Request>>& requests);        // all or none
 };
 
-Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
-    : model(m), tokenizer(t), options(o) {
+EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   const ModelConfig& c = model.config();
   if (o.parallel < 1) throw Error(str_cat("engine: parallel must be at least 1, got ", o.parallel));
   if (o.max_batch_tokens < o.parallel) {
@@ -176,30 +165,42 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
                         " (raise ModelOptions::max_batch_tokens)"));
   }
   if (o.max_queue < 0) throw Error(str_cat("engine: max_queue must be >= 0, got ", o.max_queue));
+  EngineSizing s;
+  s.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(c.n_ctx_train, kDefaultContextCap);
+  if (s.n_ctx <= 0) throw Error(str_cat("engine: context size must be positive, got ", s.n_ctx));
+  // No step computes more than one context's tokens (a short -c with the default batch).
+  s.max_step_tokens = std::min(o.max_batch_tokens, std::max(s.n_ctx, o.parallel));
+  s.kv = model.kv_cache_config(0, o.parallel, s.n_ctx);
+  s.kv.max_step_tokens = s.max_step_tokens;
+  s.kv.prefix_cache = o.prefix_cache;
+  // Slack: each sequence's last block is partly filled.
+  const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
+  s.kv.budget_bytes = o.kv_budget_bytes > 0
+                          ? o.kv_budget_bytes
+                          : std::min(kDefaultBudgetCap, per_sequence * static_cast<size_t>(o.parallel));
+  return s;
+}
+
+Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
+    : model(m), tokenizer(t), options(o) {
+  const ModelConfig& c = model.config();
+  const EngineSizing sizing = size_engine(model, o);
   if (tokenizer.n_vocab() > c.n_vocab) {
     throw Error(str_cat("engine: tokenizer has ", tokenizer.n_vocab(),
                         " tokens but the model's embedding has ", c.n_vocab));
   }
   n_vocab = c.n_vocab;
-  n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(c.n_ctx_train, kDefaultContextCap);
-  if (n_ctx <= 0) throw Error(str_cat("engine: context size must be positive, got ", n_ctx));
-
-  KvCacheConfig kv = model.kv_cache_config(0, o.parallel, n_ctx);
-  kv.max_step_tokens = o.max_batch_tokens;
-  kv.prefix_cache = o.prefix_cache;
-  const size_t bytes_per_token = kv_bytes_per_token(kv);
-  kv.budget_bytes = o.kv_budget_bytes > 0
-                        ? o.kv_budget_bytes
-                        : std::min(kDefaultBudgetCap, bytes_per_token * static_cast<size_t>(o.parallel) *
-                                                          static_cast<size_t>(n_ctx + kv.block_size));
-  cache = std::make_unique<KvCache>(kv);
-  max_request_tokens = std::min(n_ctx, cache->max_tokens_per_sequence());
+  cache = std::make_unique<KvCache>(sizing.kv);
+  limits.n_ctx = sizing.n_ctx;
+  limits.max_request_tokens = std::min(sizing.n_ctx, cache->max_tokens_per_sequence());
+  limits.max_step_tokens = sizing.max_step_tokens;
+  limits.parallel = o.parallel;
   scheduler = std::make_unique<Scheduler>(
-      SchedulerOptions{o.parallel, o.max_batch_tokens, o.max_queue}, *cache);
+      SchedulerOptions{o.parallel, sizing.max_step_tokens, o.max_queue}, *cache);
 
   live.reserve(static_cast<size_t>(o.parallel + o.max_queue));
-  batch.tokens.reserve(static_cast<size_t>(o.max_batch_tokens));
-  batch.positions.reserve(static_cast<size_t>(o.max_batch_tokens));
+  batch.tokens.reserve(static_cast<size_t>(sizing.max_step_tokens));
+  batch.positions.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.logit_rows.reserve(static_cast<size_t>(o.parallel));
   batch.sequences.reserve(static_cast<size_t>(o.parallel));
   logits.resize(static_cast<size_t>(o.parallel) * static_cast<size_t>(n_vocab));
@@ -422,52 +423,73 @@ void Engine::stop() {
   impl_->stopped = true;
 }
 
-std::shared_ptr<RequestStream> Engine::submit(RequestParams params) {
-  Impl& e = *impl_;
+std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) const {
+  const int32_t limit = limits.max_request_tokens;
+  const char* limit_name = limit == limits.n_ctx ? "the context of " : "what the KV cache holds for one request, ";
   const auto n_prompt = static_cast<int64_t>(params.prompt.size());
-  if (n_prompt == 0) throw EngineError(400, "prompt: empty (at least one token is needed)");
+  if (n_prompt == 0) throw EngineError(400, "prompt: empty (at least one token is needed)", "prompt");
   for (size_t i = 0; i < params.prompt.size(); ++i) {
-    if (params.prompt[i] < 0 || params.prompt[i] >= e.n_vocab) {
+    if (params.prompt[i] < 0 || params.prompt[i] >= n_vocab) {
       throw EngineError(400, str_cat("prompt: token ", i, " is ", params.prompt[i],
-                                     ", outside the vocabulary [0, ", e.n_vocab, ")"));
+                                     ", outside the vocabulary [0, ", n_vocab, ")"), "prompt");
     }
   }
   if (params.max_tokens < 0) {
     throw EngineError(400, str_cat("max_tokens: must be >= 0 (0: up to the context), got ",
-                                   params.max_tokens));
+                                   params.max_tokens), "max_tokens");
   }
-  if (n_prompt >= e.max_request_tokens) {
-    throw EngineError(400, str_cat("prompt: ", n_prompt, " tokens leave no room to generate in ",
-                                   e.max_request_tokens == e.n_ctx ? "the context of " : "the KV cache's limit of ",
-                                   e.max_request_tokens, " tokens"));
+  if (n_prompt >= limit) {
+    throw EngineError(400, str_cat("prompt: ", n_prompt, " tokens leave no room to generate in ", limit_name,
+                                   limit, " tokens"), "prompt", "context_length_exceeded");
   }
-  const int64_t max_tokens = params.max_tokens > 0 ? params.max_tokens : e.max_request_tokens - n_prompt;
-  if (n_prompt + max_tokens > e.max_request_tokens) {
+  const int64_t max_tokens = params.max_tokens > 0 ? params.max_tokens : limit - n_prompt;
+  if (n_prompt + max_tokens > limit) {
     throw EngineError(400, str_cat("prompt of ", n_prompt, " tokens + max_tokens ", max_tokens, " exceeds ",
-                                   e.max_request_tokens == e.n_ctx ? "the context of " : "what the KV cache can hold for one request, ",
-                                   e.max_request_tokens, " tokens"));
+                                   limit_name, limit, " tokens"), "max_tokens", "context_length_exceeded");
   }
   for (size_t i = 0; i < params.stop.size(); ++i) {
-    if (params.stop[i].empty()) throw EngineError(400, str_cat("stop: string ", i, " is empty"));
+    if (params.stop[i].empty()) throw EngineError(400, str_cat("stop: string ", i, " is empty"), "stop");
   }
   try {
     validate(params.sampling);
   } catch (const Error& err) {
     throw EngineError(400, err.what());
   }
-  auto stream = std::make_shared<RequestStream>();
-  auto request = std::make_unique<Request>(params, stream, static_cast<int32_t>(max_tokens), e.tokenizer);
+  return std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
+                                   tokenizer);
+}
+
+void Engine::Impl::queue(std::vector<std::unique_ptr<Request>>& requests) {
   {
-    std::lock_guard lock(e.mutex);
-    if (e.stopping) throw EngineError(503, "engine: shutting down");
-    if (static_cast<int32_t>(e.incoming.size()) + e.scheduler_waiting >= e.options.max_queue) {
-      throw EngineError(429, str_cat("engine: queue full (", e.options.max_queue,
+    std::lock_guard lock(mutex);
+    if (stopping) throw EngineError(503, "engine: shutting down");
+    const auto n = static_cast<int32_t>(requests.size());
+    if (static_cast<int32_t>(incoming.size()) + scheduler_waiting + n > options.max_queue) {
+      throw EngineError(429, str_cat("engine: queue full (", options.max_queue,
                                      " requests waiting); retry later"));
     }
-    e.incoming.push_back(std::move(request));
+    for (std::unique_ptr<Request>& r : requests) incoming.push_back(std::move(r));
   }
-  e.wake.notify_one();
+  wake.notify_one();
+}
+
+std::shared_ptr<RequestStream> Engine::submit(RequestParams params) {
+  std::vector<std::unique_ptr<Request>> one;
+  one.push_back(impl_->make_request(params));
+  std::shared_ptr<RequestStream> stream = one[0]->stream;
+  impl_->queue(one);
   return stream;
+}
+
+std::vector<std::shared_ptr<RequestStream>> Engine::submit(std::vector<RequestParams> params) {
+  std::vector<std::unique_ptr<Request>> requests;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (RequestParams& p : params) {
+    requests.push_back(impl_->make_request(p));
+    streams.push_back(requests.back()->stream);
+  }
+  impl_->queue(requests);
+  return streams;
 }
 
 EngineMetrics Engine::metrics() const {
@@ -482,7 +504,8 @@ EngineMetrics Engine::metrics() const {
   return m;
 }
 
-int32_t Engine::n_ctx() const { return impl_->n_ctx; }
+const EngineLimits& Engine::limits() const { return impl_->limits; }
+std::string Engine::kv_summary() const { return impl_->cache->summary(); }
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 const Model& Engine::model() const { return impl_->model; }
 

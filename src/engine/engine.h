@@ -20,10 +20,13 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
+#include "engine/request_output.h"
 #include "engine/sampler.h"
+#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
 
@@ -39,8 +42,27 @@ struct EngineOptions {
                                    // (sliding-window models too; see kv/kv_cache.h)
 };
 
-enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
-const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+// How a run is sized: the one place that turns options into a context length, a step
+// budget and a KV cache, for every client (run, bench, serve). The engine builds its cache
+// from it; clients read the resulting limits back from Engine::limits().
+struct EngineSizing {
+  int32_t n_ctx = 0;            // per-request context: options.n_ctx, or the model's capped at 8192
+  int32_t max_step_tokens = 0;  // tokens one step computes: options.max_batch_tokens, at most
+                                // one context
+  KvCacheConfig kv;             // layers, slots, budget: options.kv_budget_bytes, or `parallel`
+                                // contexts plus one partly filled block each, capped at 1 GiB
+};
+// Throws ridge::Error naming the option when the options cannot run on this model.
+EngineSizing size_engine(const Model& model, const EngineOptions& options);
+
+// What one request may use, once the engine is built.
+struct EngineLimits {
+  int32_t n_ctx = 0;               // the context the options asked for
+  int32_t max_request_tokens = 0;  // prompt + completion at most: n_ctx, or less when the KV
+                                   // cache cannot hold that much for one request
+  int32_t max_step_tokens = 0;
+  int32_t parallel = 0;
+};
 
 struct RequestParams {
   std::vector<int32_t> prompt;     // tokens, already templated and tokenized
@@ -68,10 +90,16 @@ struct StreamEvent {
 
 // Thrown by submit() for a request that cannot be served; `status` is the HTTP status
 // the server should answer with (400 invalid, 429 queue full, 503 stopping).
+// `param` names the request field at fault and `code` a machine-readable reason, as in
+// OpenAI's errors ("" when none): a prompt over the limit is ("prompt",
+// "context_length_exceeded").
 class EngineError : public Error {
  public:
-  EngineError(int status, const std::string& message) : Error(message), status(status) {}
+  EngineError(int status, const std::string& message, std::string param = "", std::string code = "")
+      : Error(message), status(status), param(std::move(param)), code(std::move(code)) {}
   int status;
+  std::string param;
+  std::string code;
 };
 
 // The consumer side of one request. Thread-safe; the engine pushes, one reader pops.
@@ -128,12 +156,16 @@ class Engine {
   void start();
   void stop();
 
-  // Validates (empty prompt, prompt + max_tokens beyond the context -> 400, bad sampling
-  // params -> 400, queue full -> 429) and queues the request.
+  // Validates (empty prompt, prompt + max_tokens beyond limits().max_request_tokens -> 400,
+  // bad sampling params -> 400, queue full -> 429) and queues the request.
   std::shared_ptr<RequestStream> submit(RequestParams params);
+  // All or none: validates every request, then queues them together, so they start in the
+  // same step (n choices of one API request; bench's batched decode).
+  std::vector<std::shared_ptr<RequestStream>> submit(std::vector<RequestParams> params);
 
   EngineMetrics metrics() const;
-  int32_t n_ctx() const;
+  const EngineLimits& limits() const;
+  std::string kv_summary() const;  // the KV cache's layout and size, one line (KvCache::summary)
   const Tokenizer& tokenizer() const;
   const Model& model() const;
 

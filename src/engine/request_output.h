@@ -12,11 +12,27 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
-#include "engine/generator.h"
+#include <string_view>
+
 #include "engine/stop_strings.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ridge {
+
+enum class FinishReason { kNone, kStop, kLength, kCancelled, kError };
+const char* finish_reason_name(FinishReason r);  // "stop", "length", "cancelled", "error"
+
+// Holds back the bytes of an incomplete UTF-8 character at the end of streamed text.
+class Utf8Stream {
+ public:
+  // Appends bytes; returns the longest prefix of the pending text that ends on a
+  // character boundary (removing it from the pending text).
+  std::string push(std::string_view bytes);
+  std::string flush();  // whatever is left, complete or not
+
+ private:
+  std::string pending_;
+};
 
 class RequestOutput {
  public:

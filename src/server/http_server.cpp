@@ -219,7 +219,7 @@ json Server::Impl::models_json() const {
                 {"owned_by", "ridge"},
                 {"meta",
                  {{"architecture", model.config().summary()},
-                  {"n_ctx", engine.n_ctx()},
+                  {"n_ctx", engine.limits().max_request_tokens},
                   {"n_vocab", engine.tokenizer().n_vocab()},
                   {"chat_template", chat_template ? json(std::string(chat_format_name(chat_template->format)))
                                                   : json(nullptr)}}}};
@@ -238,22 +238,15 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
     std::random_device rd;
     request.sampling.seed = (static_cast<uint64_t>(rd()) << 32) | rd();
   }
-  PromptLimits limits{.n_ctx = engine.n_ctx(), .max_prompt_tokens = options.max_prompt_tokens};
+  PromptLimits limits{.n_ctx = engine.limits().max_request_tokens, .max_prompt_tokens = options.max_prompt_tokens};
   std::vector<RequestParams> params =
       build_engine_requests(request, engine.tokenizer(), chat_template ? &*chat_template : nullptr, limits);
 
   auto ex = std::make_shared<Exchange>();
   ex->meta = make_response_meta(endpoint, options.model_name);
   ex->request = std::move(request);
-  try {
-    for (RequestParams& p : params) {
-      ex->streams.push_back(engine.submit(std::move(p)));
-      ex->finished.push_back(false);
-    }
-  } catch (...) {
-    ex->cancel_unfinished();  // all or nothing: n choices are one request
-    throw;
-  }
+  ex->streams = engine.submit(std::move(params));  // all or nothing: n choices are one request
+  ex->finished.assign(ex->streams.size(), false);
   ex->results.resize(ex->streams.size());
   ex->text_offsets.assign(ex->streams.size(), 0);
   return ex;
@@ -267,7 +260,9 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     send_error(res, e);
     return;
   } catch (const EngineError& e) {
-    ApiError api(e.status, e.what(), "", e.status == 429 ? "queue_full" : "");
+    // The engine names request fields as /v1/completions does; chat's prompt is its messages.
+    std::string param = e.param == "prompt" && endpoint == Endpoint::kChatCompletions ? "messages" : e.param;
+    ApiError api(e.status, e.what(), param, e.status == 429 ? "queue_full" : e.code);
     if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
     send_error(res, api);
     return;

@@ -56,7 +56,8 @@ struct ApiRequest {
 ApiRequest parse_api_request(std::string_view body, Endpoint endpoint);
 
 struct PromptLimits {
-  int32_t n_ctx = 0;              // per-sequence context of the engine
+  int32_t n_ctx = 0;              // prompt + completion at most: the engine's real per-request
+                                  // limit (EngineLimits::max_request_tokens)
   int32_t max_prompt_tokens = 0;  // server limit; 0: none beyond the context
 };
 

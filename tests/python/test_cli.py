@@ -119,8 +119,8 @@ def test_run_same_seed_same_text():
 
 def test_run_bad_input_fails_before_compute(tmp_path):
     expect_error("run", "-m", STORIES, "-p", "", phrase="prompt is empty")
-    expect_error("run", "-m", STORIES, "-p", "Once upon a time " * 200, "-c", "128", phrase="exceeds the context")
-    expect_error("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", phrase="budget holds")
+    expect_error("run", "-m", STORIES, "-p", "Once upon a time " * 200, "-c", "128", phrase="no room to generate in the context of 128")
+    expect_error("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", phrase="what the KV cache holds")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Once upon \xff\xfe a time")
     expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")

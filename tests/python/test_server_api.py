@@ -342,6 +342,26 @@ def test_errors_name_the_numbers(stories):
     assert "300" in err["message"]
 
 
+def test_a_small_kv_budget_is_the_limit_the_server_checks_and_reports():
+    # 0.05 MiB of KV at 1.25 KiB/token holds two 16-token blocks: one request may use 32
+    # tokens although the context is 512. The server must refuse past 32 itself, naming
+    # the field, and /v1/models must say 32.
+    with RidgeServer(STORIES, "--parallel", 1, "-c", 512, "--kv-budget", 0.05) as server:
+        status, _, body = server.get("/v1/models")
+        assert status == 200 and json.loads(body)["data"][0]["meta"]["n_ctx"] == 32
+        got_status, err = error_of(server, {"prompt": "Once", "max_tokens": 40})
+        assert got_status == 400
+        assert err["code"] == "context_length_exceeded" and err["param"] == "prompt"
+        assert "32" in err["message"]
+        out = server.complete({"prompt": "Once", "max_tokens": 29, "temperature": 0})
+        assert out["usage"]["completion_tokens"] == 29
+        # No max_tokens: a completion gets its default 16, or what is left of the 32.
+        prompt = "Once upon a time, there was a little girl named Lily. She loved to play"
+        out = server.complete({"prompt": prompt, "temperature": 0, "ignore_eos": True})
+        assert 16 < out["usage"]["prompt_tokens"] < 32
+        assert out["usage"]["prompt_tokens"] + out["usage"]["completion_tokens"] == 32
+
+
 def test_chat_without_template_is_a_clear_400(stories):
     status, err = error_of(stories, {"messages": [{"role": "user", "content": "hi"}]}, "/v1/chat/completions")
     assert status == 400 and err["code"] == "chat_template_missing"
