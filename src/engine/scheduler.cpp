@@ -18,6 +18,14 @@ int32_t remaining(const SequenceState& s) {
   return static_cast<int32_t>(s.tokens.size()) - s.n_computed;
 }
 
+// One step behind, counting its drafts: a decode (of 1 + n_draft tokens).
+bool is_decode(const SequenceState& s) { return remaining(s) == 1 + s.n_draft; }
+
+void drop_drafts(SequenceState* s, int32_t n) {
+  s->tokens.resize(s->tokens.size() - static_cast<size_t>(n));
+  s->n_draft -= n;
+}
+
 }  // namespace
 
 Scheduler::Scheduler(const SchedulerOptions& options, KvCache& cache)
@@ -43,6 +51,7 @@ Scheduler::Scheduler(const SchedulerOptions& options, KvCache& cache)
 
 void Scheduler::add(SequenceState* s) {
   if (s->tokens.empty()) throw Error("scheduler: add: a sequence needs at least one token");
+  if (s->n_draft != 0) throw Error("scheduler: add: a waiting sequence cannot have drafts");
   s->status = SequenceStatus::kWaiting;
   s->n_computed = 0;
   s->slot = -1;
@@ -53,7 +62,8 @@ void Scheduler::add(SequenceState* s) {
 void Scheduler::add_chunk(SequenceState* s, int32_t n) {
   assert(n > 0 && n <= budget_);
   s->n_scheduled = n;
-  step_.chunks.push_back(ScheduledChunk{s, s->n_computed, n, s->n_computed + n == static_cast<int32_t>(s->tokens.size())});
+  const bool last = s->n_computed + n == static_cast<int32_t>(s->tokens.size());
+  step_.chunks.push_back(ScheduledChunk{s, s->n_computed, n, last, last ? s->n_draft : 0});
   step_.n_tokens += n;
   budget_ -= n;
 }
@@ -78,6 +88,7 @@ void Scheduler::preempt_youngest() {
     }
     victim->n_scheduled = 0;
   }
+  drop_drafts(victim, victim->n_draft);  // recomputed later as a prompt: drafts would pass as real
   release_slot(victim);
   victim->status = SequenceStatus::kWaiting;
   ++victim->n_preemptions;
@@ -138,15 +149,33 @@ const SchedulerStep& Scheduler::schedule() {
   for (SequenceState* s : running_) s->n_scheduled = 0;
 
   // 1. Decodes, oldest first. Preemption pops from the back, which is never behind i.
+  // Drafts come after every plain decode has its token, so they never crowd one out.
   for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
     SequenceState* s = running_[i];
-    if (remaining(*s) != 1) continue;
+    if (!is_decode(*s)) continue;
+    if (s->n_draft > 0 && !cache_.can_reserve(s->slot, 1 + s->n_draft)) drop_drafts(s, s->n_draft);
     if (reserve_or_preempt(s, 1)) add_chunk(s, 1);
+  }
+  for (ScheduledChunk& c : step_.chunks) {  // then each decode's drafts, as far as they fit
+    SequenceState* s = c.sequence;
+    if (s->n_draft == 0) continue;
+    const int32_t n = std::min(s->n_draft, budget_);
+    drop_drafts(s, s->n_draft - n);
+    c.needs_logits = true;  // add_chunk saw the drafts after the decode's token
+    if (n == 0 || !cache_.reserve(s->slot, 1 + n)) {  // blocks taken by a later decode
+      drop_drafts(s, s->n_draft);
+      continue;
+    }
+    s->n_scheduled += n;
+    c.n_tokens += n;
+    c.n_draft = n;
+    step_.n_tokens += n;
+    budget_ -= n;
   }
   // 2. Unfinished prefills and recomputation, oldest first, as much as the budget allows.
   for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
     SequenceState* s = running_[i];
-    if (s->n_scheduled > 0 || remaining(*s) <= 1) continue;
+    if (s->n_scheduled > 0 || is_decode(*s)) continue;
     const int32_t n = std::min(remaining(*s), budget_);
     if (reserve_or_preempt(s, n)) add_chunk(s, n);
   }
@@ -169,7 +198,20 @@ void Scheduler::complete_step() {
   }
 }
 
+void Scheduler::settle_drafts(SequenceState* s, int32_t n_accepted) {
+  if (n_accepted < 0 || n_accepted > s->n_draft) {
+    throw Error(str_cat("scheduler: settle_drafts: ", n_accepted, " accepted of ", s->n_draft, " drafts"));
+  }
+  const int32_t n_rejected = s->n_draft - n_accepted;
+  drop_drafts(s, n_rejected);
+  s->n_draft = 0;
+  if (s->status != SequenceStatus::kRunning) return;
+  s->n_computed = std::min(s->n_computed, static_cast<int32_t>(s->tokens.size()));
+  cache_.truncate(s->slot, s->n_computed);
+}
+
 void Scheduler::finish(SequenceState* s) {
+  if (s->n_draft > 0) drop_drafts(s, s->n_draft);
   if (s->status == SequenceStatus::kRunning) {
     erase_value(running_, s);
     release_slot(s);

@@ -25,6 +25,12 @@
 //     while the budget, a free slot (max_running) and KV blocks last; an admitted sequence
 //     first takes what the prefix cache holds of its tokens. Admission never preempts and
 //     never skips the queue head (no starvation of long prompts).
+// Speculative decoding: a running sequence may end its tokens with n_draft proposed
+// tokens (drafts) after the last sampled one. It counts as a decode of 1 + n_draft
+// tokens, scheduled in step 1 whole; drafts never cost anyone else their place: those
+// the budget has no room for are dropped, and if the blocks for the drafts are short the
+// drafts are dropped before anything is preempted. A preempted sequence loses its drafts.
+// Dropping pops them from tokens and lowers n_draft; the engine reads both after schedule().
 // When a running sequence's reserve fails, the youngest running sequence (last admitted)
 // is preempted: its blocks are freed, its chunk (if scheduled this step) dropped, and it
 // goes to the FRONT of the waiting queue. If the youngest is the sequence itself and it
@@ -59,6 +65,7 @@ struct SequenceState {
   bool admitted_before = false;
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t n_scheduled = 0;      // tokens in the current step (0: not scheduled)
+  int32_t n_draft = 0;          // the last n_draft of tokens are unverified drafts
 };
 
 struct ScheduledChunk {
@@ -66,6 +73,8 @@ struct ScheduledChunk {
   int32_t start = 0;           // == sequence->n_computed: first token's position
   int32_t n_tokens = 0;
   bool needs_logits = false;   // the chunk reaches the last token: sample after it
+  int32_t n_draft = 0;         // the chunk's last n_draft tokens are drafts: logits for
+                               // the last 1 + n_draft rows, to verify them
 };
 
 struct SchedulerStep {
@@ -94,6 +103,10 @@ class Scheduler {
   const SchedulerStep& schedule();
   // After the forward pass of the last step: every chunk's tokens are computed.
   void complete_step();
+  // After complete_step, for a sequence whose chunk carried drafts: the first n_accepted
+  // drafts become ordinary tokens; the rest leave tokens, n_computed and the KV cache (as
+  // if never scheduled). n_draft becomes 0; the engine then appends the verifier's token.
+  void settle_drafts(SequenceState* sequence, int32_t n_accepted);
   // Removes a sequence wherever it is (finished, cancelled): running ones free their
   // blocks now. Status becomes kFinished.
   void finish(SequenceState* sequence);

@@ -405,13 +405,17 @@ KvSlot KvCache::slot(int32_t seq, int g, int32_t pos) const {
   return KvSlot{block, pos % block_size_};
 }
 
-int32_t KvCache::recycle_window(int32_t seq) {
+int32_t KvCache::recycle_window(int32_t seq, int32_t n_tentative) {
   Sequence& s = sequence(seq, "recycle_window");
+  if (n_tentative < 0 || n_tentative > s.n_tokens) {
+    throw Error(str_cat("kv cache: recycle_window: sequence ", seq, ": ", n_tentative,
+                        " tentative tokens outside 0..", s.n_tokens));
+  }
   int32_t freed = 0;
   for (size_t g = 0; g < groups_.size(); ++g) {
     const int32_t window = groups_[g].window;
     if (window == 0) continue;
-    const int64_t first_needed = int64_t{s.n_tokens} - window + 1;
+    const int64_t first_needed = int64_t{s.n_tokens} - n_tentative - window + 1;
     std::vector<int32_t>& table = s.table[g];
     int32_t& first_live = s.first_live[g];
     while (first_live < static_cast<int32_t>(table.size()) &&
@@ -423,6 +427,41 @@ int32_t KvCache::recycle_window(int32_t seq) {
     }
   }
   return freed;
+}
+
+void KvCache::truncate(int32_t seq, int32_t n_tokens) {
+  Sequence& s = sequence(seq, "truncate");
+  if (n_tokens < 0 || n_tokens > s.n_tokens) {
+    throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
+                        " tokens outside the committed 0..", s.n_tokens));
+  }
+  if (!prefix_.empty() && int64_t{n_tokens} < int64_t{s.n_indexed} * block_size_) {
+    throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
+                        " tokens would cut into its ", s.n_indexed,
+                        " blocks indexed for prefix reuse"));
+  }
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const int32_t window = groups_[g].window;
+    if (window == 0) continue;
+    const int64_t first_needed = std::max<int64_t>(0, int64_t{n_tokens} - window + 1);
+    if (int64_t{s.first_live[g]} * block_size_ > first_needed) {
+      throw Error(str_cat("kv cache: truncate: sequence ", seq, ": position ", first_needed,
+                          " left the window of ", window, " already (recycled)"));
+    }
+  }
+  const auto keep = static_cast<size_t>(ceil_div(n_tokens, block_size_));
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    std::vector<int32_t>& table = s.table[g];
+    while (table.size() > keep) {
+      release_block(g, table.back());
+      table.pop_back();
+    }
+  }
+  s.n_tokens = n_tokens;
+  if (!prefix_.empty() && s.tokens.size() > static_cast<size_t>(n_tokens)) {
+    s.tokens.resize(static_cast<size_t>(n_tokens));
+    s.hashes.resize(std::min(s.hashes.size(), static_cast<size_t>(n_tokens / block_size_)));
+  }
 }
 
 void KvCache::free_sequence(int32_t seq) {

@@ -189,9 +189,19 @@ class KvCache {
   std::span<const int32_t> block_table(int32_t seq, int g) const;
   // Where position pos (reserved, not recycled) lives in group g.
   KvSlot slot(int32_t seq, int g, int32_t pos) const;
-  // Frees windowed-group blocks whose positions are all < n_tokens - window + 1 (see the
-  // rule above). Returns how many blocks were freed over all groups.
-  int32_t recycle_window(int32_t seq);
+  // Frees windowed-group blocks whose positions are all < n_tokens - n_tentative - window + 1
+  // (see the rule above). The last n_tentative committed tokens are speculative (drafted,
+  // not yet verified) and may be truncated away, so the keys the next query would need
+  // after that truncation stay. Returns how many blocks were freed over all groups.
+  int32_t recycle_window(int32_t seq, int32_t n_tentative = 0);
+  // Rolls the sequence back to its first n_tokens committed tokens (speculative tokens
+  // the verifier rejected) and frees the blocks wholly past them, last first, so the pools
+  // look as if those tokens had never been reserved. Throws ridge::Error, changing
+  // nothing, for n_tokens above the committed count, below the tokens already indexed for
+  // prefix reuse (those blocks may be shared), or where a windowed group already recycled
+  // keys the next query would need (recycle_window with n_tentative prevents that).
+  // Token ids given to set_tokens past n_tokens are forgotten (their hashes too).
+  void truncate(int32_t seq, int32_t n_tokens);
   // Returns all of the sequence's blocks (last block first) and frees its slot.
   void free_sequence(int32_t seq);
 

@@ -3,10 +3,10 @@
 namespace ridge {
 
 void Batch::add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens,
-                         LogitRows logits) {
+                         LogitRows logits, int32_t n_tentative) {
   const int32_t first = n_tokens();
   const int32_t n = static_cast<int32_t>(new_tokens.size());
-  sequences.push_back(BatchSequence{seq, first, n, start_pos});
+  sequences.push_back(BatchSequence{seq, first, n, start_pos, n_tentative});
   for (int32_t i = 0; i < n; ++i) {
     tokens.push_back(new_tokens[i]);
     positions.push_back(start_pos + i);

@@ -20,6 +20,8 @@ struct BatchSequence {
   int32_t first = 0;      // first row of this sequence in the batch
   int32_t n_tokens = 0;   // rows first .. first + n_tokens - 1
   int32_t start_pos = 0;  // position of the first new token (= tokens already cached)
+  int32_t n_tentative = 0;  // once committed, the sequence's last n_tentative tokens are
+                            // speculative and may be truncated: windows keep their keys
 };
 
 struct Batch {
@@ -29,8 +31,9 @@ struct Batch {
   std::vector<int32_t> logit_rows;   // rows whose logits are wanted, ascending
 
   // Appends a sequence's new tokens at positions start_pos, start_pos + 1, ...
+  // n_tentative: see BatchSequence (speculative decoding).
   void add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens,
-                    LogitRows logits);
+                    LogitRows logits, int32_t n_tentative = 0);
   void clear();
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_logit_rows() const { return static_cast<int32_t>(logit_rows.size()); }

@@ -93,6 +93,9 @@ void Model::validate(const Batch& b, const KvCache& cache) const {
       if (b.positions[s.first + i] != s.start_pos + i)
         throw Error(str_cat("forward: row ", s.first + i, " has position ", b.positions[s.first + i], ", expected ",
                             s.start_pos + i));
+    if (s.n_tentative < 0 || s.n_tentative > s.start_pos + s.n_tokens)
+      throw Error(str_cat("forward: sequence ", s.seq, " marks ", s.n_tentative, " tokens tentative of ",
+                          s.start_pos + s.n_tokens));
     for (const BatchSequence& other : b.sequences)
       if (&other != &s && other.seq == s.seq) throw Error(str_cat("forward: sequence ", s.seq, " appears twice"));
     row += s.n_tokens;
@@ -127,7 +130,7 @@ void Model::forward(const Batch& b, KvCache& cache, float* logits) {
   }
   for (const BatchSequence& s : b.sequences) {
     cache.commit(s.seq, s.n_tokens);
-    cache.recycle_window(s.seq);
+    cache.recycle_window(s.seq, s.n_tentative);
   }
 
   // Final norm and output projection for the rows that need logits only.

@@ -65,17 +65,25 @@ struct Harness {
     for (const ScheduledChunk& c : plan.chunks) {
       if (!out.empty()) out += " ";
       out += name(c.sequence) + ":" + std::to_string(c.start) + "+" + std::to_string(c.n_tokens) +
-             (c.needs_logits ? "*" : "");
+             (c.n_draft > 0 ? "(" + std::to_string(c.n_draft) + "d)" : "") + (c.needs_logits ? "*" : "");
       cache.commit(c.sequence->slot, c.n_tokens);
     }
     for (const SequenceState* s : plan.preempted) out += " preempt:" + name(s);
     for (const SequenceState* s : plan.failed) out += " fail:" + name(s);
     scheduler.complete_step();
     for (const ScheduledChunk& c : plan.chunks) {
+      if (c.n_draft > 0) scheduler.settle_drafts(c.sequence, std::min(accept, c.n_draft));
       if (c.needs_logits) c.sequence->tokens.push_back(7);
     }
     return out;
   }
+
+  // Proposes n drafts (tokens 50, 51, ...) after s's last sampled token.
+  void draft(SequenceState& s, int32_t n) {
+    for (int32_t i = 0; i < n; ++i) s.tokens.push_back(50 + i);
+    s.n_draft = n;
+  }
+  int32_t accept = 0;  // drafts the "verifier" keeps each step
 };
 
 TEST(Scheduler, DecodesFirstThenChunkedPrefillWithinTheTokenBudget) {
@@ -217,6 +225,64 @@ TEST(Scheduler, FinishRemovesWaitingSequencesToo) {
   h.scheduler.finish(&b);
   EXPECT_EQ(h.scheduler.n_waiting(), 0);
   EXPECT_EQ(h.step(), "A:2+1*");
+}
+
+TEST(Scheduler, DraftsRideWithTheirDecodeAndRejectedOnesRollBack) {
+  Harness h(config(32, 4, 16), 4, 16);
+  SequenceState& a = h.add("A", 5);
+  EXPECT_EQ(h.step(), "A:0+5*");
+  h.draft(a, 3);
+  h.accept = 1;
+  EXPECT_EQ(h.step(), "A:5+4(3d)*");
+  // Kept: the decoded token, draft 50, the verifier's 7; drafts 51 and 52 are gone.
+  EXPECT_EQ(a.tokens, (std::vector<int32_t>{100, 101, 102, 103, 104, 7, 50, 7}));
+  EXPECT_EQ(a.n_computed, 7);
+  EXPECT_EQ(a.n_draft, 0);
+  EXPECT_EQ(h.cache.n_tokens(a.slot), 7);
+  EXPECT_EQ(h.cache.n_used_blocks(0), 2);
+  EXPECT_EQ(h.step(), "A:7+1*");
+  h.draft(a, 4);
+  h.accept = 4;  // all kept: n_computed catches up with the drafts
+  EXPECT_EQ(h.step(), "A:8+5(4d)*");
+  EXPECT_EQ(a.n_computed, 13);
+  EXPECT_EQ(a.tokens.size(), 14u);
+  EXPECT_EQ(h.step(), "A:13+1*");
+}
+
+TEST(Scheduler, DraftsTakeOnlyTheBudgetLeftAfterEveryDecode) {
+  Harness h(config(32, 4, 8), 4, 8);
+  SequenceState& a = h.add("A", 2);
+  h.add("B", 2);
+  EXPECT_EQ(h.step(), "A:0+2* B:0+2*");
+  h.add("C", 3);
+  h.draft(a, 8);
+  // B's decode first; A's drafts get the 6 tokens left, so C waits a step.
+  EXPECT_EQ(h.step(), "A:2+7(6d)* B:2+1*");
+  EXPECT_EQ(h.scheduler.n_waiting(), 1);
+  EXPECT_EQ(a.tokens.size(), 4u);  // the 2 that did not fit were dropped; none accepted
+  EXPECT_EQ(h.step(), "A:3+1* B:3+1* C:0+3*");
+}
+
+TEST(Scheduler, DraftsNeverPreemptAndPreemptionDropsThem) {
+  // 4 blocks of 4: A (7 tokens) and B (7) hold 2 each, all blocks taken.
+  Harness h(config(4, 2, 16), 2, 16);
+  SequenceState& a = h.add("A", 7);
+  SequenceState& b = h.add("B", 6);
+  EXPECT_EQ(h.step(), "A:0+7* B:0+6*");
+  // A's drafts need a third block: dropped instead of preempting B.
+  h.draft(a, 3);
+  EXPECT_EQ(h.step(), "A:7+1* B:6+1*");
+  EXPECT_EQ(a.n_draft, 0);
+  EXPECT_EQ(a.tokens.size(), 9u);
+  EXPECT_EQ(h.scheduler.stats().preemptions, 0u);
+  // B's drafts fit its own block, but A's next token needs a block: B is preempted and
+  // goes back to the queue without its drafts.
+  h.draft(b, 1);
+  EXPECT_EQ(h.step(), "A:8+1* preempt:B");
+  EXPECT_EQ(b.n_draft, 0);
+  EXPECT_EQ(b.tokens.size(), 8u);
+  EXPECT_EQ(b.status, SequenceStatus::kWaiting);
+  EXPECT_THROW(h.scheduler.settle_drafts(&a, 1), Error);  // no drafts to settle
 }
 
 TEST(Scheduler, RejectsOptionsTheCacheCannotServe) {

@@ -309,6 +309,66 @@ TEST(KvCache, PrefillChunkKeepsKeysItsFirstQueryNeeds) {
   EXPECT_EQ(table(cache, 0, 1), (std::vector<int32_t>{-1, -1, -1, -1, -1, -1, -1, -1, 0, 1}));
 }
 
+TEST(KvCache, TruncateRollsBackRejectedDraftsAsIfNeverReserved) {
+  // A speculative step: 10 confirmed tokens, then the last sampled token + 5 drafts are
+  // reserved, computed and committed; the verifier keeps 2 drafts. Afterwards the pools
+  // and tables must equal those of a run that only ever computed the 13 kept tokens.
+  KvCache spec(hybrid_config(8, 8, 16));
+  KvCache plain(hybrid_config(8, 8, 16));
+  spec.add_sequence(0);
+  plain.add_sequence(0);
+  ASSERT_TRUE(spec.reserve(0, 10));
+  spec.commit(0, 10);
+  spec.recycle_window(0);
+  ASSERT_TRUE(spec.reserve(0, 6));
+  spec.commit(0, 6);
+  spec.recycle_window(0, /*n_tentative=*/5);
+  spec.truncate(0, 13);
+  ASSERT_TRUE(plain.reserve(0, 10));
+  plain.commit(0, 10);
+  plain.recycle_window(0);
+  ASSERT_TRUE(plain.reserve(0, 3));
+  plain.commit(0, 3);
+  plain.recycle_window(0);
+  EXPECT_EQ(spec.n_tokens(0), 13);
+  for (int g = 0; g < 2; ++g) {
+    EXPECT_EQ(table(spec, 0, g), table(plain, 0, g)) << "group " << g;
+    EXPECT_EQ(spec.n_used_blocks(g), plain.n_used_blocks(g)) << "group " << g;
+  }
+  // Decoding goes on from position 13.
+  ASSERT_TRUE(spec.reserve(0, 1));
+  EXPECT_EQ(spec.slot(0, 1, 13).block, spec.slot(0, 1, 12).block);
+  spec.commit(0, 1);
+  EXPECT_EQ(spec.n_tokens(0), 14);
+}
+
+TEST(KvCache, TentativeTokensKeepTheWindowKeysARollbackNeeds) {
+  // Window 8, blocks of 4. 12 committed, then 6 more of which 5 are drafts: recycling
+  // as if all 18 were real would free blocks with positions 0..7 (the next query at 18
+  // reads 11..18), but after a rollback to 13 the query at 13 reads 6..13.
+  KvCache cache(hybrid_config(8, 8, 16));
+  cache.add_sequence(0);
+  ASSERT_TRUE(cache.reserve(0, 12));
+  cache.commit(0, 12);
+  cache.recycle_window(0);  // the query at 12 reads 5..12: block 0 (0..3) goes
+  ASSERT_TRUE(cache.reserve(0, 6));
+  cache.commit(0, 6);
+  EXPECT_EQ(cache.recycle_window(0, 5), 0);  // kept from 13 - 8 + 1 = 6: block 1 stays
+  cache.truncate(0, 13);
+  EXPECT_NO_THROW(cache.slot(0, 1, 6));
+  EXPECT_EQ(table(cache, 0, 1).size(), 4u);
+  // Without the margin a rollback into recycled keys is refused, changing nothing.
+  ASSERT_TRUE(cache.reserve(0, 6));
+  cache.commit(0, 6);
+  EXPECT_EQ(cache.recycle_window(0), 2);  // query at 19 reads 12..19: blocks 1, 2 go
+  EXPECT_THROW(cache.truncate(0, 13), Error);
+  EXPECT_EQ(cache.n_tokens(0), 19);
+  EXPECT_THROW(cache.truncate(0, 20), Error);  // past the committed tokens
+  EXPECT_THROW(cache.recycle_window(0, 20), Error);
+  cache.truncate(0, 19);  // a no-op
+  EXPECT_EQ(cache.n_tokens(0), 19);
+}
+
 TEST(KvCache, WindowOnlyModelDecodesForeverOnlyIfAWindowFits) {
   // A Mistral-like model (every layer windowed, window 8, blocks of 4): decoding needs
   // ceil(7 / 4) + 1 = 3 blocks. With 3 it never stops; with 2 it stops at 8 tokens.

@@ -304,6 +304,40 @@ TEST(PrefixCaching, GeneratedTokensFillBlocksThatAreIndexedToo) {
   EXPECT_EQ(cache.attach_prefix(1, tokens), 8);
 }
 
+TEST(PrefixCaching, RejectedDraftTokensAreNeverIndexed) {
+  // Speculative decoding tells the cache only confirmed tokens: drafts are computed and
+  // committed but their ids are not given to set_tokens, so a block they fill is not
+  // indexed; after the rollback the accepted token fills it and it is indexed as it is.
+  KvCache cache(global_config(8));
+  std::vector<int32_t> tokens = iota_tokens(6);  // confirmed: 0..5 (5 is the last sampled)
+  cache.add_sequence(0);
+  cache.set_tokens(0, tokens);
+  ASSERT_TRUE(cache.reserve(0, 5));
+  cache.commit(0, 5);
+  // Verify step: token 5 + drafts 900, 901, 902 (positions 5..8; block 1 = 4..7 fills).
+  ASSERT_TRUE(cache.reserve(0, 4));
+  cache.commit(0, 4);
+  EXPECT_TRUE(cache.block_is_cached(0, 0));
+  EXPECT_FALSE(cache.block_is_cached(0, 1));
+  cache.truncate(0, 7);  // 900 accepted; 901, 902 rejected; 42 is the correction
+  EXPECT_EQ(cache.n_used_blocks(0), 2);
+  tokens.insert(tokens.end(), {900, 42});
+  cache.set_tokens(0, tokens);  // next step: 42 is computed at position 7
+  ASSERT_TRUE(cache.reserve(0, 1));
+  cache.commit(0, 1);
+  EXPECT_TRUE(cache.block_is_cached(0, 1));
+  tokens.push_back(7);
+  cache.add_sequence(1);
+  EXPECT_EQ(cache.attach_prefix(1, tokens), 8);
+  // A drafted prefix (902 in place of 42) finds only the first block.
+  std::vector<int32_t> drafted = iota_tokens(6);
+  drafted.insert(drafted.end(), {900, 901, 902});
+  cache.add_sequence(2);
+  EXPECT_EQ(cache.attach_prefix(2, drafted), 4);
+  // Truncating into indexed blocks is refused: they may be shared.
+  EXPECT_THROW(cache.truncate(0, 7), Error);
+}
+
 TEST(PrefixCaching, OffByDefaultAndMisuseThrows) {
   KvCacheConfig config = global_config(8);
   config.prefix_cache = false;
