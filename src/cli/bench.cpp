@@ -112,14 +112,11 @@ ModelFacts model_facts(const std::string& path, const Model& model) {
   const gguf::File& f = model.file();
   ModelFacts m;
   m.filename = path;
-  const gguf::TensorInfo* embd = f.find_tensor("token_embd.weight");
-  const bool tied = f.find_tensor("output.weight") == nullptr;
   for (const gguf::TensorInfo& t : f.tensors()) {
     m.size += t.nbytes;
     m.n_params += static_cast<uint64_t>(t.n_elements());
   }
-  m.weight_bytes_per_step = static_cast<double>(m.size);
-  if (embd != nullptr && !tied) m.weight_bytes_per_step -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / embd->ne[1]);
+  m.weight_bytes_per_step = model.weight_bytes_per_step();
   const std::string label = f.get_string("general.size_label", human_count(static_cast<double>(m.n_params)));
   m.type = str_cat(model.config().arch, " ", label, " ", file_type_name(f.get_u64("general.file_type", 0)));
   return m;

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/speculative_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
@@ -38,6 +39,7 @@ struct RunOptions {
   bool chat = false;
   bool echo = false;
   SamplingParams sampling;
+  SpeculativeFlags spec;
 };
 
 // What one request took, as the client sees it: the prompt until the first token, then
@@ -48,6 +50,7 @@ struct RunStats {
   int32_t n_generated = 0;
   double prompt_seconds = 0;    // submit to first token
   double generate_seconds = 0;  // first token to last
+  int32_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
 };
 
 void print_stats(const RunStats& s) {
@@ -59,6 +62,12 @@ void print_stats(const RunStats& s) {
   const int32_t n_after_first = std::max(s.n_generated - 1, 0);
   std::fprintf(stderr, "\ngeneration:  %5d tokens in %8.3f s (%8.2f tokens/s)\n", s.n_generated, s.generate_seconds,
                rate(n_after_first, s.generate_seconds));
+  if (s.spec_steps > 0) {
+    // Tokens per target pass over the passes that verified drafts: accepted + one each.
+    std::fprintf(stderr, "speculative: %d drafted, %d accepted (%.1f%%), %.2f tokens per verifying step\n",
+                 s.spec_drafted, s.spec_accepted, 100.0 * s.spec_accepted / std::max(s.spec_drafted, 1),
+                 static_cast<double>(s.spec_accepted + s.spec_steps) / s.spec_steps);
+  }
 }
 
 bool write_stdout(std::string_view text) {
@@ -95,6 +104,9 @@ RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions&
     on_text(ev.text);
     stats.n_generated = ev.completion_tokens;
     stats.n_cached = ev.cached_prompt_tokens;
+    stats.spec_steps = ev.spec_steps;
+    stats.spec_drafted = ev.spec_drafted;
+    stats.spec_accepted = ev.spec_accepted;
     if (ev.finished && ev.finish_reason == FinishReason::kError) throw Error(str_cat("generation failed: ", ev.error));
   }
   const Clock::time_point end = Clock::now();
@@ -159,7 +171,10 @@ void run(RunOptions opt) {
   engine_options.max_batch_tokens = opt.batch;
   engine_options.n_ctx = opt.n_ctx;
   engine_options.kv_budget_bytes = static_cast<size_t>(opt.kv_budget_mib * 1024 * 1024);
-  Engine engine(*model, tok, engine_options);
+  engine_options.speculative = opt.spec.options();
+  std::unique_ptr<Model> draft = opt.spec.load_draft(*model);
+  if (draft) std::fprintf(stderr, "draft: %s\n", draft->config().summary().c_str());
+  Engine engine(*model, tok, engine_options, draft.get());
   std::fprintf(stderr, "%s; context %d tokens; %d threads\n", engine.kv_summary().c_str(),
                engine.limits().max_request_tokens, model->pool().n_threads());
   engine.start();
@@ -205,6 +220,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--chat", opt->chat, "Interactive chat with the model's chat template");
   cmd->add_option("--system", opt->system, "System message for --chat");
   cmd->add_flag("--echo", opt->echo, "Print the prompt before the generated text");
+  add_speculative_flags(*cmd, opt->spec);
   cmd->callback([opt] { run(*opt); });
 }
 

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/speculative_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
@@ -38,6 +39,7 @@ struct ServeOptions {
   int32_t max_prompt_tokens = 0;
   std::string alias;
   bool no_prefix_cache = false;
+  SpeculativeFlags spec;
 };
 
 // The name clients use for the model: --alias, else the model argument without its
@@ -82,7 +84,9 @@ void serve(const ServeOptions& opt) {
   engine_options.n_ctx = opt.n_ctx;
   engine_options.max_queue = opt.max_queue;
   engine_options.prefix_cache = !opt.no_prefix_cache;
-  Engine engine(*model, tokenizer, engine_options);
+  engine_options.speculative = opt.spec.options();
+  std::unique_ptr<Model> draft = opt.spec.load_draft(*model);
+  Engine engine(*model, tokenizer, engine_options, draft.get());
 
   server::ServerOptions server_options;
   server_options.host = opt.host;
@@ -100,9 +104,13 @@ void serve(const ServeOptions& opt) {
   engine.start();
   EngineMetrics m = engine.metrics();
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
-  std::fprintf(stderr, "engine: %d parallel, context %d (%d per request), %d KV blocks, %d tokens per step, %d threads%s\n",
-               opt.parallel, engine.limits().n_ctx, engine.limits().max_request_tokens, m.kv_blocks_total, opt.max_batch_tokens, model->pool().n_threads(),
-               opt.no_prefix_cache ? ", prefix cache off" : "");
+  std::fprintf(stderr, "engine: %d parallel, context %d (%d per request), %d KV blocks, %d tokens per step, %d threads%s",
+               opt.parallel, engine.limits().n_ctx, engine.limits().max_request_tokens, m.kv_blocks_total,
+               opt.max_batch_tokens, model->pool().n_threads(), opt.no_prefix_cache ? ", prefix cache off" : "");
+  if (engine_options.speculative.method != SpecMethod::kNone)
+    std::fprintf(stderr, ", speculative %s (up to %d drafted)", spec_method_name(engine_options.speculative.method),
+                 engine_options.speculative.draft_max);
+  std::fprintf(stderr, "\n");
   std::fprintf(stderr, "serve: model '%s'%s; listening on http://%s:%d\n", server_options.model_name.c_str(),
                opt.api_key.empty() ? "" : " (API key required)", opt.host.c_str(), port);
   std::fflush(stderr);
@@ -147,6 +155,7 @@ void add_serve_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--alias", opt->alias, "Model id clients use (default: the model file's name)");
   cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
+  add_speculative_flags(*cmd, opt->spec);
   cmd->callback([opt] { serve(*opt); });
 }
 

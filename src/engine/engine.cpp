@@ -8,14 +8,12 @@
 #include <cassert>
 #include <exception>
 
-#include "engine/request_output.h"
-#include "engine/scheduler.h"
-#include "kv/kv_cache.h"
+#include "engine/engine_impl.h"
 
 namespace ridge {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = EngineClock;
 
 constexpr size_t kDefaultBudgetCap = size_t{1} << 30;
 constexpr int32_t kDefaultContextCap = 8192;
@@ -36,121 +34,43 @@ void observe(std::vector<uint64_t>& counts, double& sum, uint64_t& count, double
   ++count;
 }
 
-// One request as the engine thread sees it. The scheduler works on the SequenceState base.
-struct Request : SequenceState {
-  std::shared_ptr<RequestStream> stream;
-  int32_t max_tokens = 0;    // generated tokens at most (validated, context-capped)
-  bool want_logprobs = false;
-  Sampler sampler;
-  RequestOutput output;
-  int32_t n_generated = 0;
-  Clock::time_point submitted;
-  Clock::time_point last_token;
-  bool finished = false;
-
-  Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max_tokens_,
-          const Tokenizer& tokenizer)
-      : stream(std::move(s)),
-        max_tokens(max_tokens_),
-        want_logprobs(p.sampling.logprobs || p.sampling.n_logprobs > 0),
-        sampler(p.sampling),
-        output(tokenizer, std::move(p.stop), p.ignore_eos, max_tokens_),
-        submitted(Clock::now()) {
-    n_prompt = static_cast<int32_t>(p.prompt.size());
-    tokens = std::move(p.prompt);
-    tokens.reserve(static_cast<size_t>(n_prompt + max_tokens));
-  }
-};
-
 }  // namespace
-
-// ---------------------------------------------------------------- RequestStream
-
-bool RequestStream::next(StreamEvent& event) {
-  std::unique_lock lock(mutex_);
-  if (finished_read_) return false;
-  ready_.wait(lock, [&] { return !events_.empty(); });
-  event = std::move(events_.front());
-  events_.pop_front();
-  if (event.finished) finished_read_ = true;
-  return true;
-}
-
-bool RequestStream::next_for(StreamEvent& event, std::chrono::milliseconds timeout, bool& timed_out) {
-  std::unique_lock lock(mutex_);
-  timed_out = false;
-  if (finished_read_) return false;
-  if (!ready_.wait_for(lock, timeout, [&] { return !events_.empty(); })) {
-    timed_out = true;
-    return false;
-  }
-  event = std::move(events_.front());
-  events_.pop_front();
-  if (event.finished) finished_read_ = true;
-  return true;
-}
-
-void RequestStream::cancel() {
-  std::lock_guard lock(mutex_);
-  cancel_requested_ = true;
-}
-
-bool RequestStream::cancelled() const {
-  std::lock_guard lock(mutex_);
-  return cancel_requested_;
-}
-
-void RequestStream::push(StreamEvent event) {
-  {
-    std::lock_guard lock(mutex_);
-    events_.push_back(std::move(event));
-  }
-  ready_.notify_all();
-}
 
 // ---------------------------------------------------------------- Engine::Impl
 
-struct Engine::Impl {
-  Model& model;
-  const Tokenizer& tokenizer;
-  EngineOptions options;
-  EngineLimits limits;
-  int32_t n_vocab = 0;
-  std::unique_ptr<KvCache> cache;
-  std::unique_ptr<Scheduler> scheduler;
+const char* spec_method_name(SpecMethod m) {
+  switch (m) {
+    case SpecMethod::kNone: return "none";
+    case SpecMethod::kNgram: return "ngram";
+    case SpecMethod::kDraftModel: return "draft";
+  }
+  return "unknown";
+}
 
-  // Shared with submitting threads, under mutex.
-  std::mutex mutex;
-  std::condition_variable wake;
-  std::vector<std::unique_ptr<Request>> incoming;
-  int32_t scheduler_waiting = 0;  // published by the engine thread for the queue limit
-  bool stopping = false;
-  bool stopped = false;
-  std::thread thread;
-  std::mutex stop_mutex;  // serializes stop()
-
-  // Engine thread only.
-  std::vector<std::unique_ptr<Request>> live;  // in the scheduler (waiting or running)
-  Batch batch;
-  std::vector<float> logits;  // [parallel][n_vocab]
-  EngineMetrics counters;
-
-  // Published after every iteration, for metrics().
-  mutable std::mutex metrics_mutex;
-  EngineMetrics snapshot;
-
-  Impl(Model& m, const Tokenizer& t, const EngineOptions& o);
-  void run();
-  void step();
-  void on_token(Request& r, int32_t token);
-  void end(Request& r, FinishReason reason, const std::string& error);
-  void drop_cancelled();
-  void remove_finished();
-  void publish_metrics();
-  void cancel_everything();
-  std::unique_ptr<Request> make_request(RequestParams& params) const;  // validates: EngineError
-  void queue(std::vector<std::unique_ptr<Request>>& requests);        // all or none
-};
+Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max_tokens_, const Tokenizer& tokenizer,
+                 uint64_t id_, int32_t draft_max)
+    : id(id_),
+      stream(std::move(s)),
+      max_tokens(max_tokens_),
+      want_logprobs(p.sampling.logprobs || p.sampling.n_logprobs > 0),
+      sampler(p.sampling),
+      output(tokenizer, std::move(p.stop), p.ignore_eos, max_tokens_),
+      submitted(Clock::now()),
+      draft_sampler([&] {
+        SamplingParams d = p.sampling;  // the request's chain, its own stream, no logprobs
+        d.seed = p.sampling.seed ^ 0x9e3779b97f4a7c15ULL;
+        d.logprobs = false;
+        d.n_logprobs = 0;
+        return d;
+      }()) {
+  n_prompt = static_cast<int32_t>(p.prompt.size());
+  tokens = std::move(p.prompt);
+  // Room for every token it may hold, drafts included: no reallocation while running.
+  tokens.reserve(static_cast<size_t>(n_prompt + max_tokens + draft_max));
+  drafts.reserve(static_cast<size_t>(draft_max));
+  step_logprobs.reserve(static_cast<size_t>(draft_max + 1));
+  step_top_logprobs.reserve(static_cast<size_t>(draft_max + 1));
+}
 
 EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   const ModelConfig& c = model.config();
@@ -181,7 +101,7 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   return s;
 }
 
-Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
+Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* draft_model)
     : model(m), tokenizer(t), options(o) {
   const ModelConfig& c = model.config();
   const EngineSizing sizing = size_engine(model, o);
@@ -197,17 +117,22 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o)
   limits.parallel = o.parallel;
   scheduler = std::make_unique<Scheduler>(
       SchedulerOptions{o.parallel, sizing.max_step_tokens, o.max_queue}, *cache);
+  setup_speculation(draft_model);
 
+  // A step's logit rows: one per running sequence, plus each one's drafts.
+  const int32_t draft_max = options.speculative.method == SpecMethod::kNone ? 0 : options.speculative.draft_max;
+  const int32_t logit_rows = std::min(sizing.max_step_tokens, o.parallel * (1 + draft_max));
   live.reserve(static_cast<size_t>(o.parallel + o.max_queue));
   batch.tokens.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.positions.reserve(static_cast<size_t>(sizing.max_step_tokens));
-  batch.logit_rows.reserve(static_cast<size_t>(o.parallel));
+  batch.logit_rows.reserve(static_cast<size_t>(logit_rows));
   batch.sequences.reserve(static_cast<size_t>(o.parallel));
-  logits.resize(static_cast<size_t>(o.parallel) * static_cast<size_t>(n_vocab));
+  logits.resize(static_cast<size_t>(logit_rows) * static_cast<size_t>(n_vocab));
 
   counters.latency_buckets = kLatencyBuckets;
   counters.ttft_counts.assign(kLatencyBuckets.size(), 0);
   counters.itl_counts.assign(kLatencyBuckets.size(), 0);
+  counters.spec_method = options.speculative.method;
   for (int g = 0; g < cache->n_groups(); ++g) counters.kv_blocks_total += cache->group(g).n_blocks;
   snapshot = counters;
 }
@@ -250,22 +175,27 @@ void Engine::Impl::run() {
 }
 
 void Engine::Impl::step() {
+  if (options.speculative.method != SpecMethod::kNone) propose_drafts();
   const SchedulerStep& plan = scheduler->schedule();
+  for (SequenceState* s : plan.preempted) release_draft(static_cast<Request&>(*s));
   for (SequenceState* s : plan.failed) {
-    end(static_cast<Request&>(*s), FinishReason::kError,
-        "the request no longer fits in the KV cache");
+    end(static_cast<Request&>(*s), FinishReason::kError, "the request no longer fits in the KV cache");
   }
   if (plan.chunks.empty()) return;
 
   batch.clear();
   for (const ScheduledChunk& c : plan.chunks) {
     Request& r = static_cast<Request&>(*c.sequence);
-    if (cache->prefix_cache_enabled()) cache->set_tokens(r.slot, r.tokens);
+    // The prefix cache hashes confirmed tokens only: a rejected draft is never indexed.
+    if (cache->prefix_cache_enabled())
+      cache->set_tokens(r.slot, std::span<const int32_t>(r.tokens).first(r.tokens.size() - r.n_draft));
+    const LogitRows rows = !c.needs_logits ? LogitRows::kNone : c.n_draft > 0 ? LogitRows::kAll : LogitRows::kLast;
     batch.add_sequence(r.slot, c.start,
                        std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(c.start),
                                                                    static_cast<size_t>(c.n_tokens)),
-                       c.needs_logits ? LogitRows::kLast : LogitRows::kNone);
+                       rows, c.n_draft);
   }
+  const Clock::time_point start = Clock::now();
   try {
     model.forward(batch, *cache, logits.data());
   } catch (const std::exception& e) {
@@ -275,24 +205,37 @@ void Engine::Impl::step() {
     }
     return;
   }
+  step_costs.observe(batch.n_tokens(), seconds_between(start, Clock::now()));
   scheduler->complete_step();
 
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
     if (!c.needs_logits) continue;
     Request& r = static_cast<Request&>(*c.sequence);
-    const std::span<float> row_logits(logits.data() + row * static_cast<size_t>(n_vocab),
-                                      static_cast<size_t>(n_vocab));
-    ++row;
+    float* rows = logits.data() + row * static_cast<size_t>(n_vocab);
+    row += static_cast<size_t>(1 + c.n_draft);
     if (r.stream->cancelled()) {
       end(r, FinishReason::kCancelled, {});
       continue;
     }
-    on_token(r, r.sampler.sample(row_logits, r.tokens));
+    if (c.n_draft > 0) {
+      verify(r, rows, c.n_draft);
+      continue;
+    }
+    const int32_t token = r.sampler.sample(std::span<float>(rows, static_cast<size_t>(n_vocab)), r.tokens);
+    r.tokens.push_back(token);
+    r.step_logprobs.clear();
+    r.step_top_logprobs.clear();
+    if (r.want_logprobs) {
+      r.step_logprobs.push_back(r.sampler.chosen_logprob());
+      const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
+      r.step_top_logprobs.emplace_back(top.begin(), top.end());
+    }
+    emit(r, 1);
   }
 }
 
-void Engine::Impl::on_token(Request& r, int32_t token) {
+void Engine::Impl::emit(Request& r, int32_t n_new) {
   const Clock::time_point now = Clock::now();
   if (r.n_generated == 0) {
     observe(counters.ttft_counts, counters.ttft_sum, counters.ttft_count, seconds_between(r.submitted, now));
@@ -301,23 +244,27 @@ void Engine::Impl::on_token(Request& r, int32_t token) {
     observe(counters.itl_counts, counters.itl_sum, counters.itl_count, seconds_between(r.last_token, now));
   }
   r.last_token = now;
-  r.tokens.push_back(token);
-  ++r.n_generated;
-  ++counters.generation_tokens_total;
 
   StreamEvent ev;
-  ev.tokens.push_back(token);
-  if (r.want_logprobs) {
-    ev.logprobs.push_back(r.sampler.chosen_logprob());
-    if (r.sampler.params().n_logprobs > 0) {
-      const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
-      ev.top_logprobs.emplace_back(top.begin(), top.end());
+  FinishReason reason = FinishReason::kNone;
+  const size_t first = r.tokens.size() - static_cast<size_t>(n_new);
+  for (int32_t i = 0; i < n_new && reason == FinishReason::kNone; ++i) {
+    const int32_t token = r.tokens[first + static_cast<size_t>(i)];
+    ev.tokens.push_back(token);
+    if (r.want_logprobs) {
+      ev.logprobs.push_back(r.step_logprobs[static_cast<size_t>(i)]);
+      if (r.sampler.params().n_logprobs > 0) ev.top_logprobs.push_back(r.step_top_logprobs[static_cast<size_t>(i)]);
     }
+    ++r.n_generated;
+    ++counters.generation_tokens_total;
+    reason = r.output.push(token, ev.text);
   }
-  const FinishReason reason = r.output.push(token, ev.text);
   ev.prompt_tokens = r.n_prompt;
   ev.completion_tokens = r.n_generated;
   ev.cached_prompt_tokens = r.n_cached_prompt;
+  ev.spec_steps = r.spec_steps;
+  ev.spec_drafted = r.spec_drafted;
+  ev.spec_accepted = r.spec_accepted;
   if (reason == FinishReason::kNone) {
     r.stream->push(std::move(ev));
     return;
@@ -326,6 +273,7 @@ void Engine::Impl::on_token(Request& r, int32_t token) {
   ev.finish_reason = reason;
   r.finished = true;
   scheduler->finish(&r);  // blocks back at once
+  release_draft(r);
   ++counters.requests_finished_total;
   r.stream->push(std::move(ev));
 }
@@ -334,6 +282,7 @@ void Engine::Impl::end(Request& r, FinishReason reason, const std::string& error
   if (r.finished) return;
   r.finished = true;
   scheduler->finish(&r);
+  release_draft(r);
   ++counters.requests_finished_total;
   StreamEvent ev;
   ev.finished = true;
@@ -342,6 +291,9 @@ void Engine::Impl::end(Request& r, FinishReason reason, const std::string& error
   ev.prompt_tokens = r.n_prompt;
   ev.completion_tokens = r.n_generated;
   ev.cached_prompt_tokens = r.n_cached_prompt;
+  ev.spec_steps = r.spec_steps;
+  ev.spec_drafted = r.spec_drafted;
+  ev.spec_accepted = r.spec_accepted;
   r.stream->push(std::move(ev));
 }
 
@@ -364,6 +316,7 @@ void Engine::Impl::publish_metrics() {
     counters.kv_blocks_used += cache->n_used_blocks(g);
     counters.kv_blocks_cached += cache->n_cached_blocks(g);
   }
+  counters.draft_kv_blocks_used = draft ? draft->n_used_blocks() : 0;
   const SchedulerStats& s = scheduler->stats();
   counters.prefix_cache_queries = s.prefix_queries;
   counters.prefix_cache_hits = s.prefix_hits;
@@ -397,8 +350,8 @@ void Engine::Impl::cancel_everything() {
 
 // ---------------------------------------------------------------- Engine
 
-Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options)
-    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+Engine::Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options, Model* draft)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options, draft)) {}
 
 Engine::~Engine() { stop(); }
 
@@ -423,7 +376,7 @@ void Engine::stop() {
   impl_->stopped = true;
 }
 
-std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) const {
+std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) {
   const int32_t limit = limits.max_request_tokens;
   const char* limit_name = limit == limits.n_ctx ? "the context of " : "what the KV cache holds for one request, ";
   const auto n_prompt = static_cast<int64_t>(params.prompt.size());
@@ -455,8 +408,9 @@ std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) const
   } catch (const Error& err) {
     throw EngineError(400, err.what());
   }
+  const int32_t draft_max = options.speculative.method == SpecMethod::kNone ? 0 : options.speculative.draft_max;
   return std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
-                                   tokenizer);
+                                   tokenizer, next_id.fetch_add(1), draft_max);
 }
 
 void Engine::Impl::queue(std::vector<std::unique_ptr<Request>>& requests) {

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "engine/ngram.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
 #include "kv/kv_cache.h"
@@ -31,6 +32,22 @@
 #include "tokenizer/tokenizer.h"
 
 namespace ridge {
+
+enum class SpecMethod { kNone, kNgram, kDraftModel };
+const char* spec_method_name(SpecMethod m);  // "none", "ngram", "draft"
+
+// Speculative decoding: each decoding request may carry drafted tokens that the target
+// verifies in the same step as everything else (see engine_speculative.cpp). Greedy
+// output is exactly the output without it; sampled output has exactly the target's
+// distribution (verify_draft).
+struct SpeculativeOptions {
+  SpecMethod method = SpecMethod::kNone;
+  int32_t draft_max = 8;     // most tokens drafted per request and step
+  bool adaptive = true;      // per request, the length that pays most from the measured
+                             // acceptance and costs (engine/draft_length.h), 0 where none
+                             // pays; false: always draft_max
+  NgramOptions ngram = {};   // kNgram: suffix lengths searched
+};
 
 struct EngineOptions {
   int32_t parallel = 4;            // most sequences running at once (KV sequence slots)
@@ -40,6 +57,7 @@ struct EngineOptions {
   int32_t max_queue = 64;          // waiting requests beyond this are refused (QueueFull)
   bool prefix_cache = true;        // reuse full KV blocks of identical prompt prefixes
                                    // (sliding-window models too; see kv/kv_cache.h)
+  SpeculativeOptions speculative = {};
 };
 
 // How a run is sized: the one place that turns options into a context length, a step
@@ -86,6 +104,10 @@ struct StreamEvent {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;       // prompt tokens served from the prefix cache
+  // Speculative decoding so far: steps that verified drafts, tokens drafted, accepted.
+  int32_t spec_steps = 0;
+  int32_t spec_drafted = 0;
+  int32_t spec_accepted = 0;
 };
 
 // Thrown by submit() for a request that cannot be served; `status` is the HTTP status
@@ -132,12 +154,18 @@ struct EngineMetrics {
   int32_t kv_blocks_total = 0;        // all groups
   int32_t kv_blocks_used = 0;
   int32_t kv_blocks_cached = 0;       // free but holding reusable prefix blocks
+  int32_t draft_kv_blocks_used = 0;   // the draft model's cache (SpecMethod::kDraftModel)
   uint64_t prefix_cache_queries = 0;  // prompt blocks looked up
   uint64_t prefix_cache_hits = 0;     // prompt blocks found
   uint64_t prompt_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
   uint64_t requests_finished_total = 0;
   uint64_t preemptions_total = 0;
+  // Speculative decoding, for the one proposer the engine runs (spec_method).
+  SpecMethod spec_method = SpecMethod::kNone;
+  uint64_t spec_drafts_total = 0;           // verifications of a non-empty draft
+  uint64_t spec_draft_tokens_total = 0;     // tokens drafted (and verified)
+  uint64_t spec_accepted_tokens_total = 0;  // of those, accepted
   // Histograms: bucket upper bounds in seconds and cumulative counts, Prometheus-style.
   std::vector<double> latency_buckets;
   std::vector<uint64_t> ttft_counts;     // time to first token
@@ -150,7 +178,10 @@ struct EngineMetrics {
 
 class Engine {
  public:
-  Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options);
+  // draft: the draft model for SpecMethod::kDraftModel (sharing the target's thread pool
+  // is best: ModelOptions::pool); it must outlive the engine. Throws ridge::Error for
+  // options it cannot serve, and for a draft whose vocabulary differs from the target's.
+  Engine(Model& model, const Tokenizer& tokenizer, const EngineOptions& options, Model* draft = nullptr);
   ~Engine();  // stops the loop; unfinished requests end with kCancelled
 
   void start();

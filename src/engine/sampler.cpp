@@ -230,6 +230,41 @@ size_t Sampler::top_p_prefix(size_t n) {
   }
 }
 
+size_t Sampler::filter(std::span<const float> logits) {
+  // Every step leaves candidates_[0, n) in a platform-independent order: id order, or
+  // sorted by more_likely (a strict total order), so a draw over them is reproducible.
+  size_t n = logits.size();
+  bool sorted = false;
+  if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
+    n = select_top(logits, static_cast<size_t>(params_.top_k));
+    sorted = true;
+  } else {
+    for (size_t i = 0; i < n; ++i) candidates_[i] = Candidate{logits[i], static_cast<int32_t>(i)};
+  }
+  if (params_.top_p < 1.0f) {
+    n = top_p_prefix(n);
+    sorted = true;
+  }
+  float max_logit = candidates_[0].logit;
+  if (!sorted) {
+    for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
+  }
+  if (params_.min_p > 0.0f) {
+    const float threshold = min_p_threshold(max_logit, params_.min_p);
+    size_t kept = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (candidates_[i].logit >= threshold) candidates_[kept++] = candidates_[i];
+    }
+    n = kept;  // >= 1: the largest logit passes
+  }
+  // p ∝ exp((l - l_max) / temperature), as exp((l - l_max) * (1 / temperature)).
+  const float inverse_temperature = 1.0f / params_.temperature;
+  for (size_t i = 0; i < n; ++i) {
+    weights_[i] = std::exp((candidates_[i].logit - max_logit) * inverse_temperature);
+  }
+  return n;
+}
+
 int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> history) {
   if (logits.empty()) throw Error("sampler: empty logits");
   ensure_scratch(logits.size());
@@ -239,39 +274,9 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   if (params_.temperature <= 0.0f) {
     chosen = argmax(logits);
   } else {
-    // Every step leaves candidates_[0, n) in a platform-independent order: id order, or
-    // sorted by more_likely (a strict total order), so the draw below is reproducible.
-    size_t n = logits.size();
-    bool sorted = false;
-    if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < n) {
-      n = select_top(logits, static_cast<size_t>(params_.top_k));
-      sorted = true;
-    } else {
-      for (size_t i = 0; i < n; ++i) candidates_[i] = Candidate{logits[i], static_cast<int32_t>(i)};
-    }
-    if (params_.top_p < 1.0f) {
-      n = top_p_prefix(n);
-      sorted = true;
-    }
-    float max_logit = candidates_[0].logit;
-    if (!sorted) {
-      for (size_t i = 1; i < n; ++i) max_logit = std::max(max_logit, candidates_[i].logit);
-    }
-    if (params_.min_p > 0.0f) {
-      const float threshold = min_p_threshold(max_logit, params_.min_p);
-      size_t kept = 0;
-      for (size_t i = 0; i < n; ++i) {
-        if (candidates_[i].logit >= threshold) candidates_[kept++] = candidates_[i];
-      }
-      n = kept;  // >= 1: the largest logit passes
-    }
-    // p ∝ exp((l - l_max) / temperature), as exp((l - l_max) * (1 / temperature)).
-    const float inverse_temperature = 1.0f / params_.temperature;
+    const size_t n = filter(logits);
     double total = 0.0;
-    for (size_t i = 0; i < n; ++i) {
-      weights_[i] = std::exp((candidates_[i].logit - max_logit) * inverse_temperature);
-      total += weights_[i];
-    }
+    for (size_t i = 0; i < n; ++i) total += weights_[i];
     const double target = uniform() * total;
     double cum = 0.0;
     size_t pick = 0;
@@ -284,6 +289,33 @@ int32_t Sampler::sample(std::span<float> logits, std::span<const int32_t> histor
   }
   if (params_.logprobs || params_.n_logprobs > 0) compute_logprobs(logits, chosen);
   return chosen;
+}
+
+void Sampler::distribution(std::span<float> logits, std::span<const int32_t> history,
+                           std::span<float> probs) {
+  if (logits.empty()) throw Error("sampler: empty logits");
+  if (probs.size() != logits.size()) {
+    throw Error(str_cat("sampler: distribution: ", probs.size(), " probabilities for ", logits.size(), " logits"));
+  }
+  ensure_scratch(logits.size());
+  penalise(logits, history, params_, counts_);
+  std::fill(probs.begin(), probs.end(), 0.0f);
+  if (params_.temperature <= 0.0f) {
+    probs[static_cast<size_t>(argmax(logits))] = 1.0f;
+    return;
+  }
+  const size_t n = filter(logits);
+  double total = 0.0;
+  for (size_t i = 0; i < n; ++i) total += weights_[i];
+  for (size_t i = 0; i < n; ++i) {
+    probs[static_cast<size_t>(candidates_[i].id)] = static_cast<float>(weights_[i] / total);
+  }
+}
+
+void Sampler::record_logprobs(std::span<const float> logits, int32_t chosen) {
+  if (!(params_.logprobs || params_.n_logprobs > 0)) return;
+  ensure_scratch(logits.size());
+  compute_logprobs(logits, chosen);
 }
 
 // Keeps the k most likely logits in candidates_[0, k), sorted. One pass with a bounded

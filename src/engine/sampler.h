@@ -82,6 +82,14 @@ class Sampler {
   float chosen_logprob() const { return chosen_logprob_; }
   std::span<const TokenLogprob> top_logprobs() const { return top_logprobs_; }
 
+  // Speculative decoding. The distribution sample() draws from, written densely into
+  // probs ([n_vocab]; one-hot at the argmax when greedy), after penalising logits in place
+  // as sample() does. Draws nothing.
+  void distribution(std::span<float> logits, std::span<const int32_t> history, std::span<float> probs);
+  // When logprobs are wanted: sets chosen_logprob() and top_logprobs() for a token chosen
+  // from already penalised logits (as verification chooses them).
+  void record_logprobs(std::span<const float> logits, int32_t chosen);
+
   // A uniform draw in [0, 1) from the sampler's stream (for speculative acceptance).
   double uniform();
 
@@ -99,6 +107,9 @@ class Sampler {
   void ensure_scratch(size_t n_vocab);
   size_t select_top(std::span<const float> logits, size_t k);  // top k into candidates_, sorted
   size_t top_p_prefix(size_t n);  // returns how many sorted candidates top-p keeps
+  // Steps 2-5 of the chain: candidates_[0, n) kept, weights_ their unnormalised
+  // probabilities; returns n. Needs temperature > 0.
+  size_t filter(std::span<const float> logits);
   void compute_logprobs(std::span<const float> logits, int32_t chosen);
 
   SamplingParams params_;

@@ -95,6 +95,58 @@ SpeculativeStep verify_draft(std::span<const T> target_probs, std::span<const T>
 }
 
 template <class T>
+SpeculativeStep verify_certain_draft(std::span<const T> target_probs, std::span<const int32_t> drafted,
+                                     const std::function<double()>& uniform) {
+  const size_t gamma = drafted.size();
+  if (target_probs.empty() || target_probs.size() % (gamma + 1) != 0)
+    throw Error(str_cat("verify_certain_draft: target distributions hold ", target_probs.size(),
+                        " values, not (gamma + 1) * n_vocab with gamma = ", gamma));
+  const size_t n_vocab = target_probs.size() / (gamma + 1);
+  SpeculativeStep step;
+  for (size_t i = 0; i < gamma; ++i) {
+    std::span<const T> p = target_probs.subspan(i * n_vocab, n_vocab);
+    const int32_t x = drafted[i];
+    if (x < 0 || static_cast<size_t>(x) >= n_vocab)
+      throw Error(str_cat("verify_certain_draft: drafted token ", x, " at position ", i,
+                          " is outside the vocabulary of ", n_vocab));
+    const double u = uniform();
+    if (u < static_cast<double>(p[x])) {
+      ++step.n_accepted;
+      continue;
+    }
+    // The residual is p with x's weight taken out; all zero only if p was one-hot at x,
+    // which u < 1 would have accepted.
+    const double v = uniform();
+    double total = 0.0;
+    for (size_t j = 0; j < n_vocab; ++j) total += j == static_cast<size_t>(x) ? 0.0 : static_cast<double>(p[j]);
+    if (!(total > 0.0)) {
+      step.next_token = sample_categorical(p, v);
+      return step;
+    }
+    const double target = v * total;
+    double cumulative = 0.0;
+    int32_t last_positive = -1;
+    for (size_t j = 0; j < n_vocab; ++j) {
+      if (j == static_cast<size_t>(x) || !(p[j] > 0)) continue;
+      cumulative += static_cast<double>(p[j]);
+      last_positive = static_cast<int32_t>(j);
+      if (cumulative > target) break;
+    }
+    step.next_token = last_positive;
+    return step;
+  }
+  step.next_token = sample_categorical(target_probs.subspan(gamma * n_vocab, n_vocab), uniform());
+  return step;
+}
+
+template <class T>
+SpeculativeStep verify_certain_draft(std::span<const T> target_probs, std::span<const int32_t> drafted,
+                                     Sampler& sampler) {
+  return verify_certain_draft<T>(target_probs, drafted,
+                                 std::function<double()>([&sampler] { return sampler.uniform(); }));
+}
+
+template <class T>
 SpeculativeStep verify_draft(std::span<const T> target_probs, std::span<const T> draft_probs,
                              std::span<const int32_t> drafted, Sampler& sampler) {
   return verify_draft<T>(target_probs, draft_probs, drafted,
@@ -111,5 +163,11 @@ template SpeculativeStep verify_draft<float>(std::span<const float>, std::span<c
                                              std::span<const int32_t>, Sampler&);
 template SpeculativeStep verify_draft<double>(std::span<const double>, std::span<const double>,
                                               std::span<const int32_t>, Sampler&);
+template SpeculativeStep verify_certain_draft<float>(std::span<const float>, std::span<const int32_t>,
+                                                     const std::function<double()>&);
+template SpeculativeStep verify_certain_draft<double>(std::span<const double>, std::span<const int32_t>,
+                                                      const std::function<double()>&);
+template SpeculativeStep verify_certain_draft<float>(std::span<const float>, std::span<const int32_t>, Sampler&);
+template SpeculativeStep verify_certain_draft<double>(std::span<const double>, std::span<const int32_t>, Sampler&);
 
 }  // namespace ridge

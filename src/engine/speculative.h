@@ -50,6 +50,18 @@ template <class T>
 SpeculativeStep verify_draft(std::span<const T> target_probs, std::span<const T> draft_probs,
                              std::span<const int32_t> drafted, Sampler& sampler);
 
+// The rule for drafts a deterministic proposer made (n-gram lookup): q_i is one-hot at
+// drafted[i], so x_i is accepted when u < p_i(x_i), and a rejection draws from
+// norm(max(0, p_i - q_i)), which is p_i without x_i. Same draws, same result as
+// verify_draft with one-hot draft rows, without materializing them.
+template <class T>
+SpeculativeStep verify_certain_draft(std::span<const T> target_probs,  // [(gamma + 1) * n_vocab]
+                                     std::span<const int32_t> drafted,  // [gamma]
+                                     const std::function<double()>& uniform);
+template <class T>
+SpeculativeStep verify_certain_draft(std::span<const T> target_probs, std::span<const int32_t> drafted,
+                                     Sampler& sampler);
+
 // Inverse-CDF draw from an unnormalized categorical: the first index whose cumulative
 // weight exceeds u * sum(weights). u in [0, 1). Never returns an index of weight 0; throws
 // ridge::Error if every weight is 0 (or the span is empty).

@@ -20,7 +20,8 @@ Model::Model(gguf::File file, const ModelOptions& options)
       options_(options),
       config_(ModelConfig::from_gguf(file_)),
       weights_(ModelWeights::load(file_, config_)),
-      pool_(options.n_threads) {
+      owned_pool_(options.pool == nullptr ? std::make_unique<ThreadPool>(options.n_threads) : nullptr),
+      pool_(options.pool == nullptr ? *owned_pool_ : *options.pool) {
   if (options_.max_batch_tokens <= 0)
     throw Error(str_cat("max_batch_tokens must be positive, got ", options_.max_batch_tokens));
   const ModelConfig& c = config_;
@@ -57,6 +58,15 @@ Model::Model(gguf::File file, const ModelOptions& options)
   // The block size is the KV cache's; size for the largest we allow (64).
   floats = std::max(floats, kernels::attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, 64));
   scratch_.reserve(pool_.n_threads(), floats);
+}
+
+double Model::weight_bytes_per_step() const {
+  double bytes = 0;
+  for (const gguf::TensorInfo& t : file_.tensors()) bytes += static_cast<double>(t.nbytes);
+  const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
+  const bool tied = file_.find_tensor("output.weight") == nullptr;
+  if (embd != nullptr && !tied) bytes -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / static_cast<double>(embd->ne[1]));
+  return bytes;
 }
 
 KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {

@@ -29,6 +29,9 @@ namespace ridge {
 struct ModelOptions {
   int n_threads = 0;              // 0: all cores
   int32_t max_batch_tokens = 512; // most tokens one forward call takes (sizes the scratch)
+  ThreadPool* pool = nullptr;     // run on this pool instead of starting n_threads (a draft
+                                  // model beside its target: one set of threads, never idle-
+                                  // spinning against the other's); must outlive the model
 };
 
 class Model {
@@ -41,6 +44,9 @@ class Model {
   const gguf::File& file() const { return file_; }
   ThreadPool& pool() { return pool_; }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
+  // Weight bytes one forward step reads: every matrix once, and of an untied token
+  // embedding one row per token (a tied one is the output matrix, read whole).
+  double weight_bytes_per_step() const;
 
   // A KV cache layout for this model: one spec per layer with its window.
   KvCacheConfig kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context = 0) const;
@@ -65,7 +71,8 @@ class Model {
   ModelOptions options_;
   ModelConfig config_;
   ModelWeights weights_;
-  ThreadPool pool_;
+  std::unique_ptr<ThreadPool> owned_pool_;  // unless ModelOptions::pool was given
+  ThreadPool& pool_;
   kernels::Scratch scratch_;
 
   // Activations for up to max_batch_tokens rows, allocated once.

@@ -71,8 +71,24 @@ std::string render_metrics(const EngineMetrics& m, const std::map<int, uint64_t>
          m.preemptions_total);
   histogram(out, "ridge_time_to_first_token_seconds", "Time from submission to the first generated token.",
             m.latency_buckets, m.ttft_counts, m.ttft_sum, m.ttft_count);
-  histogram(out, "ridge_inter_token_latency_seconds", "Time between consecutive generated tokens of a request.",
+  histogram(out, "ridge_inter_token_latency_seconds",
+            "Time between consecutive events of a request (one step; with speculative decoding it may carry "
+            "several tokens).",
             m.latency_buckets, m.itl_counts, m.itl_sum, m.itl_count);
+  if (m.spec_method != SpecMethod::kNone) {  // vLLM's spec_decode counters, by proposer
+    const std::string label = str_cat("{proposer=\"", spec_method_name(m.spec_method), "\"} ");
+    auto counter = [&](const char* name, const char* help, uint64_t value) {
+      header(out, name, "counter", help);
+      out += str_cat(name, label, value, "\n");
+    };
+    if (m.spec_method == SpecMethod::kDraftModel)
+      metric(out, "ridge_draft_kv_blocks_used", "gauge", "The draft model's KV cache blocks held by sequences.",
+             m.draft_kv_blocks_used);
+    counter("ridge_spec_decode_num_drafts_total", "Verification steps of a non-empty draft.", m.spec_drafts_total);
+    counter("ridge_spec_decode_num_draft_tokens_total", "Tokens drafted and verified.", m.spec_draft_tokens_total);
+    counter("ridge_spec_decode_num_accepted_tokens_total", "Drafted tokens the target accepted.",
+            m.spec_accepted_tokens_total);
+  }
   header(out, "ridge_http_responses_total", "counter", "HTTP responses sent, by status code.");
   for (const auto& [status, count] : http_responses)
     out += str_cat("ridge_http_responses_total{code=\"", status, "\"} ", count, "\n");

@@ -340,4 +340,21 @@ std::string Tokenizer::decode(std::span<const int32_t> ids, const DecodeOptions&
   return out;
 }
 
+std::string vocabulary_difference(const Tokenizer& a, const Tokenizer& b) {
+  if (a.n_vocab() != b.n_vocab()) return str_cat(a.n_vocab(), " tokens against ", b.n_vocab());
+  if (a.bos() != b.bos()) return str_cat("BOS is token ", a.bos(), " against ", b.bos());
+  if (a.eos() != b.eos()) return str_cat("EOS is token ", a.eos(), " against ", b.eos());
+  for (int32_t id = 0; id < a.n_vocab(); ++id) {
+    const std::string_view pa = a.token_to_piece(id, /*render_special=*/true);
+    const std::string_view pb = b.token_to_piece(id, /*render_special=*/true);
+    if (pa != pb) {
+      return str_cat("token ", id, " is '", std::string(pa), "' against '", std::string(pb), "'");
+    }
+    if (a.is_end_of_generation(id) != b.is_end_of_generation(id)) {
+      return str_cat("token ", id, " ('", std::string(pa), "') ends generation in only one of them");
+    }
+  }
+  return "";
+}
+
 }  // namespace ridge

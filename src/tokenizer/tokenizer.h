@@ -98,4 +98,10 @@ class Tokenizer {
   tokenizer_detail::StringTable pieces_;
 };
 
+// How two tokenizers map ids differently, for an error message ("" when they map every id
+// to the same token): the sizes, BOS or EOS, or the first id whose text or end-of-
+// generation mark differs. A draft model must agree with its target on every id: its
+// drafted ids go to the target as they are.
+std::string vocabulary_difference(const Tokenizer& a, const Tokenizer& b);
+
 }  // namespace ridge

@@ -138,6 +138,39 @@ TEST(Sampler, EmpiricalDistributionMatchesTheFilteredOne) {
   }
 }
 
+TEST(Sampler, DistributionIsTheFilteredOneTheSamplerDrawsFrom) {
+  // Speculative verification judges drafts by Sampler::distribution: it must be the
+  // reference chain's distribution (to float rounding) for every setting, greedy included.
+  SamplingParams penalised = make(0.9f, 0, 1.0f, 0.0f, 7);
+  penalised.repetition_penalty = 1.3f;
+  penalised.frequency_penalty = 0.1f;
+  const std::vector<ChiSquareCase> cases = {
+      {"temperature 1", make(1.0f, 0, 1.0f, 0.0f, 1), {}},
+      {"top_k 5, temperature 1.7", make(1.7f, 5, 1.0f, 0.0f, 3), {}},
+      {"top_k 8, top_p 0.9, min_p 0.05, temperature 0.8", make(0.8f, 8, 0.9f, 0.05f, 6), {}},
+      {"greedy", make(0.0f, 0, 1.0f, 0.0f, 6), {}},
+      {"penalties", penalised, {0, 0, 3, 7, 11}},
+  };
+  const std::vector<float> logits = sample_logits();
+  for (const ChiSquareCase& c : cases) {
+    const std::vector<double> expected = filtered_distribution(logits, c.params, c.history);
+    Sampler sampler(c.params);
+    std::vector<float> penalised_logits = logits;
+    std::vector<float> probs(logits.size(), -1.0f);
+    sampler.distribution(penalised_logits, c.history, probs);
+    for (size_t j = 0; j < logits.size(); ++j) {
+      EXPECT_NEAR(probs[j], expected[j], 1e-6) << c.name << ", token " << j;
+      EXPECT_EQ(probs[j] == 0.0f, expected[j] == 0.0) << c.name << ", token " << j;
+    }
+    // It penalised the logits in place, as sample() does, and drew nothing.
+    std::vector<float> reference = logits;
+    apply_penalties(reference, c.history, c.params);
+    EXPECT_EQ(penalised_logits, reference) << c.name;
+    Sampler fresh(c.params);
+    EXPECT_EQ(sampler.uniform(), fresh.uniform()) << c.name;
+  }
+}
+
 TEST(Sampler, LargeVocabularyTopPMatchesTheFilteredOne) {
   // Thousands of candidates: the sampler widens its partially sorted prefix several times.
   struct Case {

@@ -209,6 +209,33 @@ TEST(Speculative, NoDraftMeansOnePlainSampleFromTheTarget) {
   EXPECT_EQ(step.next_token, 2);
 }
 
+TEST(Speculative, CertainDraftIsVerifyDraftWithOneHotRows) {
+  // n-gram drafts come with no distribution: q is one-hot at each drafted token. The
+  // shortcut must make the same decisions from the same draws as the general rule.
+  const Dist p = concat({row({0.5, 0.2, 0.2, 0.1, 0.0}), row({0.1, 0.1, 0.1, 0.1, 0.6}),
+                         row({0.0, 0.0, 1.0, 0.0, 0.0}), row({0.2, 0.2, 0.2, 0.2, 0.2})});
+  const std::vector<std::vector<int32_t>> drafts = {{0, 4, 2}, {1, 4, 2}, {0, 0, 2}, {4, 1, 3}, {0, 4, 1}};
+  for (const std::vector<int32_t>& drafted : drafts) {
+    Dist q;
+    for (int32_t x : drafted) {
+      Dist one_hot(5, 0.0);
+      one_hot[static_cast<size_t>(x)] = 1.0;
+      q.insert(q.end(), one_hot.begin(), one_hot.end());
+    }
+    for (uint64_t seed = 0; seed < 300; ++seed) {
+      Sampler a(SamplingParams{.seed = seed});
+      Sampler b(SamplingParams{.seed = seed});
+      const SpeculativeStep want = verify_draft<double>(p, q, drafted, a);
+      const SpeculativeStep got = verify_certain_draft<double>(p, drafted, b);
+      ASSERT_EQ(got.n_accepted, want.n_accepted) << "seed " << seed;
+      ASSERT_EQ(got.next_token, want.next_token) << "seed " << seed;
+      ASSERT_EQ(a.uniform(), b.uniform()) << "the same number of draws, seed " << seed;
+    }
+  }
+  EXPECT_THROW(verify_certain_draft<double>(p, std::vector<int32_t>{0, 9, 1}, [] { return 0.1; }), Error);
+  EXPECT_THROW(verify_certain_draft<double>(p, std::vector<int32_t>{0, 1}, [] { return 0.1; }), Error);
+}
+
 TEST(SampleCategorical, InverseCdfSkipsZeroWeights) {
   const Dist w = {0.0, 2.0, 0.0, 1.0, 1.0, 0.0};  // unnormalized; total 4
   EXPECT_EQ(sample_categorical<double>(w, 0.0), 1);

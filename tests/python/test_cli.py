@@ -17,6 +17,7 @@ FIXTURES = Path(os.environ.get("RIDGE_FIXTURES", ROOT.parent / "shared" / "fixtu
 RIDGE = str(BUILD / "ridge")
 STORIES = FIXTURES / "models" / "stories260K.gguf"
 VOCAB = FIXTURES / "vocab"
+MODEL_CACHE = Path(os.environ.get("RIDGE_MODEL_CACHE", Path.home() / ".cache" / "ridge" / "models"))
 
 
 def ridge(*args, input=None, check=True):
@@ -125,6 +126,26 @@ def test_run_bad_input_fails_before_compute(tmp_path):
     bad.write_bytes(b"Once upon \xff\xfe a time")
     expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")
     expect_error("run", "-m", VOCAB / "ggml-vocab-gpt-2.gguf", "-p", "hi", phrase="not supported")
+
+
+def test_run_speculative_greedy_text_is_the_plain_text():
+    args = ["run", "-m", STORIES, "-p", "Tom had a red ball. Tom had a red ball. Tom", "-n", "80", "--temp", "0"]
+    plain = ridge(*args)
+    spec = ridge(*args, "--spec", "ngram", "--draft-max", "4")
+    assert spec.stdout == plain.stdout
+    assert b"speculative: " in spec.stderr and b"accepted" in spec.stderr
+    assert b"speculative: " not in plain.stderr
+
+
+def test_run_speculative_flags_are_checked():
+    expect_error("run", "-m", STORIES, "-p", "x", "--spec", "magic", phrase="--spec must be none, ngram or draft")
+    expect_error("run", "-m", STORIES, "-p", "x", "--spec", "draft", phrase="needs a draft model")
+    expect_error("run", "-m", STORIES, "-p", "x", "--spec", "ngram", "--draft-max", "0", phrase="--draft-max")
+    expect_error("run", "-m", STORIES, "-p", "x", "--draft", VOCAB / "ggml-vocab-gpt-2.gguf", phrase="not supported")
+    gemma = MODEL_CACHE / "gemma3-270m"
+    if gemma.is_dir():
+        expect_error("run", "-m", "gemma3-270m", "-p", "x", "--draft", STORIES,
+                     phrase="the draft model's vocabulary differs from the target's (262144 tokens against 512)")
 
 
 def write_modified_model(path: Path, drop: str | None = None, reshape: str | None = None):
