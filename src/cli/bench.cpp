@@ -18,6 +18,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -25,6 +27,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/speculative_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -44,6 +47,23 @@ struct BenchOptions {
   bool json = false;
   bool no_bandwidth = false;
   bool no_kv_cache = false;  // tg recomputes every position each step (the cache's worth)
+  std::string prompt_file;   // tg continues this text (greedy) instead of one random token
+  SpeculativeFlags spec;     // tg also runs with speculative decoding, beside plain
+};
+
+// What speculative decoding did over one test's timed runs.
+struct SpecCounts {
+  int64_t steps = 0, drafted = 0, accepted = 0, rejected = 0;
+  void add(const StreamEvent& final_event) {
+    steps += final_event.spec_steps;
+    drafted += final_event.spec_drafted;
+    accepted += final_event.spec_accepted;
+    rejected += final_event.spec_rejected;
+  }
+  // Each verification is trials up to the first rejection: the per-token acceptance rate.
+  double alpha() const { return accepted + rejected > 0 ? double(accepted) / double(accepted + rejected) : 0; }
+  double mean_draft() const { return steps > 0 ? double(drafted) / double(steps) : 0; }
+  double tokens_per_step() const { return steps > 0 ? double(accepted + steps) / double(steps) : 0; }
 };
 
 struct Result {
@@ -53,6 +73,9 @@ struct Result {
   std::vector<double> step_ns;  // tg: median latency of each decode step, by position
   double tokens = 0;        // tokens per sample
   double bytes_per_token = 0, bandwidth_gbs = 0;  // tg only
+  std::string spec_method;  // tg with speculative decoding: "ngram", "draft"
+  SpecCounts spec;
+  double plain_ts = 0;      // the same test without speculation, this run
 
   double mean_ts() const {
     double s = 0;
@@ -133,20 +156,35 @@ double kv_bytes_read(const ModelConfig& c, int64_t pos) {
 }
 
 // Drives the engine as llama-bench drives llama.cpp: random tokens, an empty cache per
-// repetition (no prefix cache), greedy sampling, end-of-generation ignored.
+// repetition (no prefix cache), greedy sampling, end-of-generation ignored. With a prompt
+// (--prompt-file) tg continues it instead, timed from its first generated token. With
+// speculative flags a second engine on the same model speculates, for tg beside plain.
 class Runner {
  public:
-  Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context)
+  Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context, const BenchOptions& opt)
       : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs)})) {
+    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
+    if (!opt.prompt_file.empty()) {
+      std::ifstream in(opt.prompt_file, std::ios::binary);
+      if (!in) throw Error(str_cat(opt.prompt_file, ": cannot open"));
+      const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+      prompt_ = tokenizer_->encode(text);
+      if (prompt_.empty()) throw Error(str_cat(opt.prompt_file, ": the prompt is empty"));
+    }
     EngineOptions o;
     o.parallel = max_seqs;
     o.max_batch_tokens = std::max(n_batch, max_seqs);
-    o.n_ctx = max_context + 1;  // pp: the prompt and its one sampled token
+    o.n_ctx = max_context + 1 + static_cast<int>(prompt_.size());  // pp: the prompt and its sampled token
     o.max_queue = std::max(max_seqs, 64);
     o.prefix_cache = false;
-    tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
     engine_->start();
+    o.speculative = opt.spec.options();
+    if (o.speculative.method != SpecMethod::kNone) {
+      draft_ = opt.spec.load_draft(*model_);
+      spec_engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o, draft_.get());
+      spec_engine_->start();
+    }
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, model_->config().n_vocab - 1);
     tokens_.resize(static_cast<size_t>(max_context) + static_cast<size_t>(max_seqs) + 16);
@@ -154,32 +192,37 @@ class Runner {
   }
 
   Model& model() { return *model_; }
+  bool has_prompt() const { return !prompt_.empty(); }
+  bool speculates() const { return spec_engine_ != nullptr; }
 
   // Seconds to compute n_prompt tokens of one fresh sequence (chunks of n_batch per step)
   // and sample its first token.
   double prompt(int n_prompt) {
     const auto start = Clock::now();
-    run({request(0, n_prompt, 1)}, nullptr);
+    run(*engine_, {request(0, n_prompt, 1)}, nullptr, nullptr);
     return seconds_since(start);
   }
 
   // Seconds for n_gen decode steps of n_seq sequences started together from one token
-  // each; each step's seconds (as the first sequence sees them) go to step_seconds when
-  // given. Without the cache (use_cache false), step i computes positions 0..i afresh, as a
+  // each (or from the prompt: then from the first generated token on, n_gen - 1 steps);
+  // each step's seconds (as the first sequence sees them) go to step_seconds when given.
+  // Without the cache (use_cache false), step i computes positions 0..i afresh, as a
   // model with no KV cache must: a request of i + 1 prompt tokens and one sampled token.
-  double generate(int n_gen, int n_seq, bool use_cache = true, std::vector<double>* step_seconds = nullptr) {
-    const auto start = Clock::now();
+  double generate(int n_gen, int n_seq, bool use_cache, std::vector<double>* step_seconds = nullptr,
+                  bool speculative = false, SpecCounts* spec = nullptr) {
+    auto start = Clock::now();
     if (!use_cache) {
       for (int step = 0; step < n_gen; ++step) {
         const auto step_start = Clock::now();
-        run({request(0, step + 1, 1)}, nullptr);
+        run(*engine_, {request(0, step + 1, 1)}, nullptr, nullptr);
         if (step_seconds != nullptr) step_seconds->push_back(seconds_since(step_start));
       }
       return seconds_since(start);
     }
     std::vector<RequestParams> requests;
     for (int s = 0; s < n_seq; ++s) requests.push_back(request(s, 1, n_gen));
-    run(std::move(requests), step_seconds);
+    const Clock::time_point first = run(speculative ? *spec_engine_ : *engine_, std::move(requests), step_seconds, spec);
+    if (has_prompt()) start = first;
     return seconds_since(start);
   }
 
@@ -192,7 +235,11 @@ class Runner {
 
   RequestParams request(int first_token, int n_prompt, int n_gen) const {
     RequestParams p;
-    p.prompt.assign(tokens_.begin() + first_token, tokens_.begin() + first_token + n_prompt);
+    if (has_prompt() && n_gen > 1) {
+      p.prompt = prompt_;
+    } else {
+      p.prompt.assign(tokens_.begin() + first_token, tokens_.begin() + first_token + n_prompt);
+    }
     p.max_tokens = n_gen;
     p.sampling.temperature = 0;
     p.ignore_eos = true;
@@ -200,27 +247,37 @@ class Runner {
   }
 
   // Runs the requests together to the end; the first one's token arrival times give the
-  // step latencies.
-  void run(std::vector<RequestParams> requests, std::vector<double>* step_seconds) {
-    std::vector<std::shared_ptr<RequestStream>> streams = engine_->submit(std::move(requests));
+  // step latencies (a step that brings several tokens counts once per token, each with
+  // its share). Returns when the first token arrived.
+  Clock::time_point run(Engine& engine, std::vector<RequestParams> requests, std::vector<double>* step_seconds,
+                        SpecCounts* spec) {
+    std::vector<std::shared_ptr<RequestStream>> streams = engine.submit(std::move(requests));
     auto last = Clock::now();
+    Clock::time_point first{};
     for (size_t i = 0; i < streams.size(); ++i) {
       for (StreamEvent ev; streams[i]->next(ev);) {
         if (ev.finished && ev.finish_reason != FinishReason::kLength)
           throw Error(str_cat("bench: a request ended with '", finish_reason_name(ev.finish_reason), "' ", ev.error));
-        if (i != 0 || step_seconds == nullptr || ev.tokens.empty()) continue;
+        if (ev.finished && spec != nullptr) spec->add(ev);
+        if (i != 0 || ev.tokens.empty()) continue;
         const auto now = Clock::now();
-        for (size_t t = 0; t < ev.tokens.size(); ++t)
-          step_seconds->push_back(std::chrono::duration<double>(now - last).count() / ev.tokens.size());
+        if (first == Clock::time_point{}) first = now;
+        if (step_seconds != nullptr)
+          for (size_t t = 0; t < ev.tokens.size(); ++t)
+            step_seconds->push_back(std::chrono::duration<double>(now - last).count() / ev.tokens.size());
         last = now;
       }
     }
+    return first;
   }
 
   std::unique_ptr<Model> model_;
+  std::unique_ptr<Model> draft_;
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
+  std::unique_ptr<Engine> spec_engine_;
   std::vector<int32_t> tokens_;
+  std::vector<int32_t> prompt_;
 };
 
 std::string format_size(uint64_t bytes) {
@@ -284,6 +341,18 @@ nlohmann::json to_json(const ModelFacts& m, const Result& r, int n_batch) {
                       {"avg_ns", static_cast<int64_t>(mean_ns)},
                       {"stddev_ns", static_cast<int64_t>(sd_ns)}};
   if (!r.step_ns.empty()) j["step_ns"] = r.step_ns;
+  if (!r.spec_method.empty()) {
+    j["spec_method"] = r.spec_method;
+    j["spec_verify_steps"] = r.spec.steps;
+    j["spec_draft_tokens"] = r.spec.drafted;
+    j["spec_accepted_tokens"] = r.spec.accepted;
+    j["spec_rejected_steps"] = r.spec.rejected;
+    j["spec_alpha"] = r.spec.alpha();
+    j["spec_mean_draft"] = r.spec.mean_draft();
+    j["spec_tokens_per_step"] = r.spec.tokens_per_step();
+    j["spec_plain_ts"] = r.plain_ts;
+    j["spec_speedup"] = r.plain_ts > 0 ? r.mean_ts() / r.plain_ts : 0.0;
+  }
   if (r.bytes_per_token > 0) {
     j["bytes_per_token"] = r.bytes_per_token;
     j["bandwidth_gbs"] = r.bandwidth_gbs;
@@ -305,6 +374,9 @@ void bench(BenchOptions opt) {
   check_positive(opt.threads, "-t", false);
   check_positive(opt.batch, "--batch", false);
   if (opt.no_kv_cache && !opt.batch.empty()) throw Error("--no-kv-cache measures one sequence; drop --batch");
+  const SpecMethod spec_method = opt.spec.options().method;  // validates the flags
+  if (opt.no_kv_cache && (spec_method != SpecMethod::kNone || !opt.prompt_file.empty()))
+    throw Error("--no-kv-cache recomputes from random tokens; drop --spec, --draft and --prompt-file");
   if (opt.threads.empty()) opt.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
   const std::string path = resolve_model_path(opt.model);
 
@@ -317,7 +389,7 @@ void bench(BenchOptions opt) {
   ModelFacts facts;
   bool header = false;
   for (int threads : opt.threads) {
-    Runner runner(path, threads, opt.n_batch, max_seqs, max_context);
+    Runner runner(path, threads, opt.n_batch, max_seqs, max_context, opt);
     if (!header) {
       facts = model_facts(path, runner.model());
       if (!opt.json) print_header();
@@ -352,33 +424,56 @@ void bench(BenchOptions opt) {
       double kv = 0;
       for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, p) / n_gen;
       for (int n_seq : seq_counts) {
-        Result r;
-        r.test = n_seq == 1 ? str_cat("tg", n_gen) : str_cat("tg", n_gen, " x", n_seq);
-        if (opt.no_kv_cache) r.test += " nocache";
-        r.n_gen = n_gen;
-        r.n_seq = n_seq;
-        r.threads = threads;
-        r.tokens = static_cast<double>(n_gen) * n_seq;
-        // Without the cache a step reads the weights once but computes every position:
-        // it is no longer a bytes-per-token problem, so no roofline figure.
-        if (!opt.no_kv_cache) r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
-        runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache);  // warm-up
-        std::vector<std::vector<double>> steps(opt.reps);
-        for (int i = 0; i < opt.reps; ++i)
-          r.samples_ns.push_back(runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i]) * 1e9);
-        for (int p = 0; p < n_gen; ++p) {
-          std::vector<double> at(opt.reps);
-          for (int i = 0; i < opt.reps; ++i) at[i] = steps[i][p] * 1e9;
-          std::nth_element(at.begin(), at.begin() + at.size() / 2, at.end());
-          r.step_ns.push_back(at[at.size() / 2]);
+        for (bool speculative : {false, true}) {
+          if (speculative && !runner.speculates()) continue;
+          Result r;
+          r.test = n_seq == 1 ? str_cat("tg", n_gen) : str_cat("tg", n_gen, " x", n_seq);
+          if (opt.no_kv_cache) r.test += " nocache";
+          if (speculative) {
+            r.spec_method = spec_method_name(opt.spec.options().method);
+            r.test += str_cat(" ", r.spec_method);
+          }
+          r.n_gen = n_gen;
+          r.n_seq = n_seq;
+          r.threads = threads;
+          // From a prompt the first token comes with the prefill, which is not timed.
+          r.tokens = static_cast<double>(runner.has_prompt() ? n_gen - 1 : n_gen) * n_seq;
+          // Without the cache a step reads the weights once but computes every position:
+          // it is no longer a bytes-per-token problem, so no roofline figure; nor with
+          // speculation, which reads the weights once for several tokens.
+          if (!opt.no_kv_cache && !speculative && !runner.has_prompt())
+            r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
+          runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache, nullptr, speculative);  // warm-up
+          std::vector<std::vector<double>> steps(opt.reps);
+          for (int i = 0; i < opt.reps; ++i)
+            r.samples_ns.push_back(
+                runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i], speculative, &r.spec) * 1e9);
+          for (int p = 0; p < n_gen; ++p) {
+            std::vector<double> at(opt.reps);
+            for (int i = 0; i < opt.reps; ++i) at[i] = steps[i][p] * 1e9;
+            std::nth_element(at.begin(), at.begin() + at.size() / 2, at.end());
+            r.step_ns.push_back(at[at.size() / 2]);
+          }
+          if (speculative) r.plain_ts = generated.back().mean_ts();  // plain ran just before
+          generated.push_back(std::move(r));
         }
-        generated.push_back(std::move(r));
       }
     }
     if (!generated.empty()) bandwidth = std::max(bandwidth, probe());
     for (Result& r : generated) {
       r.bandwidth_gbs = bandwidth;
       finish(std::move(r));
+    }
+  }
+  if (!opt.json) {
+    for (const Result& r : results) {
+      if (r.spec_method.empty()) continue;
+      const double g = r.spec.mean_draft(), a = r.spec.alpha();
+      std::printf("\n%s: %.2fx plain (%.2f vs %.2f t/s); %lld of %lld drafted tokens accepted, alpha %.3f; "
+                  "%.2f drafted and %.2f tokens per verifying step (formula (1 - a^(g+1)) / (1 - a): %.2f)\n",
+                  r.test.c_str(), r.plain_ts > 0 ? r.mean_ts() / r.plain_ts : 0.0, r.mean_ts(), r.plain_ts,
+                  static_cast<long long>(r.spec.accepted), static_cast<long long>(r.spec.drafted), a, g,
+                  r.spec.tokens_per_step(), a >= 1.0 ? g + 1.0 : (1.0 - std::pow(a, g + 1.0)) / (1.0 - a));
     }
   }
   if (opt.json) {
@@ -410,6 +505,10 @@ void add_bench_command(CLI::App& app) {
   cmd->add_flag("--no-kv-cache", opt->no_kv_cache,
                 "Generation recomputes every position each step, as without a KV cache (JSON step_ns shows "
                 "per-position latency)");
+  cmd->add_option("-f,--prompt-file", opt->prompt_file,
+                  "tg continues this text (greedy), timed from its first generated token, instead of one random "
+                  "token");
+  add_speculative_flags(*cmd, opt->spec);
   cmd->callback([opt] { bench(*opt); });
 }
 

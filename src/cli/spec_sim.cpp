@@ -2,12 +2,16 @@
 // engine/speculative.h) on a target p and draft q, given as comma lists or drawn at random
 // with a chosen acceptance rate; checks that the output follows p (chi-square, total
 // variation) and sweeps acceptance rate x draft length, comparing measured tokens per
-// target pass with (1 - alpha^(gamma+1)) / (1 - alpha). --json feeds scripts/plot-spec-sim.
+// target pass with (1 - alpha^(gamma+1)) / (1 - alpha). --measured takes a real run's
+// figures from `ridge bench --json` and sets them beside the formula and the simulator.
+// --json feeds scripts/plot-spec-sim.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <string>
@@ -36,6 +40,7 @@ struct SpecSimOptions {
   int sweep_vocab = 32;
   bool no_sweep = false;
   bool json = false;
+  std::string measured;  // `ridge bench --json` output with speculative rows
 };
 
 // p-values below this say the output does not follow p (fixed seeds make runs repeatable).
@@ -70,7 +75,75 @@ nlohmann::json run_json(const plan::DistributionPair& pair, const plan::SpecSimR
           {"consistent_with_target", r.check.p_value >= kSignificance}};
 }
 
+// One speculative tg row of `ridge bench --json`, beside the formula and the simulator.
+struct MeasuredPoint {
+  std::string label;
+  double alpha = 0, gamma = 0, tokens_per_pass = 0, formula = 0;
+  double simulated = 0, simulated_stderr = 0;  // the engine's rule on a random pair at (alpha, round(gamma))
+  double speedup = 0;
+};
+
+std::vector<MeasuredPoint> read_measured(const std::string& path, int64_t steps, uint64_t seed) {
+  std::ifstream in(path);
+  if (!in) throw Error(str_cat("spec-sim: --measured ", path, ": cannot open"));
+  nlohmann::json rows;
+  try {
+    rows = nlohmann::json::parse(in);
+  } catch (const nlohmann::json::exception& e) {
+    throw Error(str_cat("spec-sim: --measured ", path, ": not JSON (", e.what(), ")"));
+  }
+  if (!rows.is_array()) throw Error(str_cat("spec-sim: --measured ", path, ": expected the JSON list of `ridge bench --json`"));
+  std::vector<MeasuredPoint> out;
+  for (const nlohmann::json& r : rows) {
+    if (!r.is_object() || !r.contains("spec_method")) continue;
+    try {
+      MeasuredPoint m;
+      m.label = str_cat(r.at("model_type").get<std::string>(), " ", r.at("test").get<std::string>());
+      m.alpha = r.at("spec_alpha").get<double>();
+      m.gamma = r.at("spec_mean_draft").get<double>();
+      m.tokens_per_pass = r.at("spec_tokens_per_step").get<double>();
+      m.speedup = r.value("spec_speedup", 0.0);
+      m.formula = m.alpha >= 1.0 ? m.gamma + 1.0 : (1.0 - std::pow(m.alpha, m.gamma + 1.0)) / (1.0 - m.alpha);
+      const int gamma = static_cast<int>(std::lround(m.gamma));
+      const plan::DistributionPair pair = plan::random_pair_with_overlap(32, std::clamp(m.alpha, 0.0, 1.0), seed);
+      const plan::SpecSimResult sim = plan::simulate_speculation(pair.p, pair.q, gamma, steps, seed);
+      m.simulated = sim.tokens_per_pass;
+      m.simulated_stderr = sim.tokens_per_pass_stderr;
+      out.push_back(m);
+    } catch (const nlohmann::json::exception& e) {
+      throw Error(str_cat("spec-sim: --measured ", path, ": a speculative row lacks a field (", e.what(), ")"));
+    }
+  }
+  if (out.empty())
+    throw Error(str_cat("spec-sim: --measured ", path, ": no speculative rows (run ridge bench with --spec or --draft)"));
+  return out;
+}
+
+void run_measured(const SpecSimOptions& opt) {
+  const std::vector<MeasuredPoint> points = read_measured(opt.measured, opt.steps, opt.seed);
+  if (opt.json) {
+    nlohmann::json list = nlohmann::json::array();
+    for (const MeasuredPoint& m : points)
+      list.push_back({{"label", m.label}, {"alpha", m.alpha}, {"gamma", m.gamma}, {"tokens_per_pass", m.tokens_per_pass},
+                      {"formula", m.formula}, {"simulated", m.simulated}, {"simulated_stderr", m.simulated_stderr},
+                      {"speedup", m.speedup}});
+    std::cout << nlohmann::json{{"seed", opt.seed}, {"measured", list}}.dump(2) << "\n";
+    return;
+  }
+  std::printf("measured by ridge bench (alpha: accepted / (accepted + rejecting steps); gamma: drafted per step)\n");
+  std::printf("%-40s %7s %7s %12s %9s %15s %8s\n", "run", "alpha", "gamma", "tokens/pass", "formula", "simulated", "speedup");
+  for (const MeasuredPoint& m : points)
+    std::printf("%-40s %7.3f %7.2f %12.3f %9.3f %9.3f+-%.3f %7.2fx\n", m.label.c_str(), m.alpha, m.gamma,
+                m.tokens_per_pass, m.formula, m.simulated, m.simulated_stderr, m.speedup);
+  std::printf("(formula: (1 - alpha^(gamma+1)) / (1 - alpha) at the mean gamma; with adaptive draft lengths gamma "
+              "varies, run bench with --draft-fixed for a like-for-like comparison)\n");
+}
+
 void run_spec_sim(const SpecSimOptions& opt) {
+  if (!opt.measured.empty()) {
+    run_measured(opt);
+    return;
+  }
   if (opt.steps < 1) throw Error(str_cat("--steps ", opt.steps, ": must be at least 1"));
   if (opt.sweep_steps < 0) throw Error(str_cat("--sweep-steps ", opt.sweep_steps, ": must be at least 1"));
   if (opt.gamma < 0) throw Error(str_cat("--gamma ", opt.gamma, ": must be >= 0"));
@@ -145,6 +218,9 @@ void add_spec_sim_command(CLI::App& app) {
   cmd->add_option("--sweep-vocab", opt->sweep_vocab, "Sweep: tokens of each random pair")->capture_default_str();
   cmd->add_flag("--no-sweep", opt->no_sweep, "Skip the sweep");
   cmd->add_flag("--json", opt->json, "Print one JSON object (for scripts/plot-spec-sim)");
+  cmd->add_option("--measured", opt->measured,
+                  "Compare a real run instead: `ridge bench --spec/--draft --json` output; its acceptance and "
+                  "tokens per target pass beside the formula and the simulator");
   cmd->callback([opt] { run_spec_sim(*opt); });
 }
 

@@ -45,7 +45,7 @@ void DraftModel::reset(int32_t slot) {
   s.fed.clear();
 }
 
-int32_t DraftModel::sync(const DraftJob& job) {
+int32_t DraftModel::sync(const DraftJob& job, bool keep_last) {
   Slot& s = slots_.at(static_cast<size_t>(job.slot));
   if (!s.active || s.owner != job.owner) {
     reset(job.slot);
@@ -56,7 +56,7 @@ int32_t DraftModel::sync(const DraftJob& job) {
   size_t common = 0;
   const size_t n = std::min(s.fed.size(), job.tokens.size());
   while (common < n && s.fed[common] == job.tokens[common]) ++common;
-  if (common == job.tokens.size()) --common;  // the last token is fed again for its logits
+  if (keep_last && common == job.tokens.size()) --common;  // fed again for its logits
   if (common < s.fed.size()) {
     try {
       cache_->truncate(job.slot, static_cast<int32_t>(common));
@@ -81,6 +81,24 @@ void DraftModel::draw(DraftJob& job, int32_t index, float* logits_row) {
   const std::span<float> q_row(q, static_cast<size_t>(n_vocab_));
   job.sampler->distribution(logits, s.fed, q_row);
   job.drafts->push_back(sample_categorical<float>(q_row, job.sampler->uniform()));
+}
+
+void DraftModel::follow(std::span<const DraftJob> jobs) {
+  batch_.clear();
+  int32_t budget = max_step_tokens_;
+  for (const DraftJob& job : jobs) {
+    if (job.tokens.empty() || static_cast<int64_t>(job.tokens.size()) > cache_->max_context()) continue;
+    const int32_t n_feed = sync(job, /*keep_last=*/false);
+    const int32_t take = std::min(n_feed, budget);
+    Slot& s = slots_[static_cast<size_t>(job.slot)];
+    if (take <= 0 || !cache_->reserve(job.slot, take)) continue;
+    const auto start = static_cast<int32_t>(s.fed.size());
+    batch_.add_sequence(job.slot, start, job.tokens.subspan(s.fed.size(), static_cast<size_t>(take)),
+                        LogitRows::kNone);
+    s.fed.insert(s.fed.end(), job.tokens.begin() + start, job.tokens.begin() + start + take);
+    budget -= take;
+  }
+  if (batch_.n_tokens() > 0) model_.forward(batch_, *cache_, logits_.data());
 }
 
 void DraftModel::propose(std::span<DraftJob> jobs) {

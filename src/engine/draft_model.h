@@ -46,6 +46,11 @@ class DraftModel {
   // Drafts for every job (distinct slots). A job whose catch-up does not fit this call's
   // token budget is fed part of it and gets no drafts this time.
   void propose(std::span<DraftJob> jobs);
+  // Brings each job's slot up to its tokens (all of them: confirmed and computed by the
+  // target this step), drafting nothing; n_draft, sampler, q and drafts are unused. The
+  // engine calls it for the target's prefill chunks, so that the draft reads a prompt
+  // in the same steps as the target instead of at its first decode.
+  void follow(std::span<const DraftJob> jobs);
   // The request `owner` left this slot (finished, cancelled, preempted): its blocks go
   // back now. Nothing happens if the slot already belongs to another request.
   void release(int32_t slot, uint64_t owner);
@@ -61,7 +66,8 @@ class DraftModel {
     std::vector<int32_t> fed;  // exactly the tokens in the cache, oldest first
   };
   // Aligns the slot with the job's tokens; returns how many confirmed tokens to feed.
-  int32_t sync(const DraftJob& job);
+  // keep_last: the last token is fed again if already in the cache (its logits are due).
+  int32_t sync(const DraftJob& job, bool keep_last = true);
   void draw(DraftJob& job, int32_t index, float* logits_row);
   void reset(int32_t slot);
 

@@ -206,6 +206,7 @@ void Engine::Impl::step() {
     return;
   }
   step_costs.observe(batch.n_tokens(), seconds_between(start, Clock::now()));
+  if (draft) follow_prefills(plan);
   scheduler->complete_step();
 
   size_t row = 0;
@@ -265,6 +266,7 @@ void Engine::Impl::emit(Request& r, int32_t n_new) {
   ev.spec_steps = r.spec_steps;
   ev.spec_drafted = r.spec_drafted;
   ev.spec_accepted = r.spec_accepted;
+  ev.spec_rejected = r.spec_rejected;
   if (reason == FinishReason::kNone) {
     r.stream->push(std::move(ev));
     return;
@@ -294,6 +296,7 @@ void Engine::Impl::end(Request& r, FinishReason reason, const std::string& error
   ev.spec_steps = r.spec_steps;
   ev.spec_drafted = r.spec_drafted;
   ev.spec_accepted = r.spec_accepted;
+  ev.spec_rejected = r.spec_rejected;
   r.stream->push(std::move(ev));
 }
 

@@ -104,10 +104,13 @@ struct StreamEvent {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;       // prompt tokens served from the prefix cache
-  // Speculative decoding so far: steps that verified drafts, tokens drafted, accepted.
+  // Speculative decoding so far: steps that verified drafts, tokens drafted, accepted, and
+  // steps that rejected a drafted token (accepted / (accepted + rejected) estimates the
+  // per-token acceptance rate alpha: each draft is trials up to the first rejection).
   int32_t spec_steps = 0;
   int32_t spec_drafted = 0;
   int32_t spec_accepted = 0;
+  int32_t spec_rejected = 0;
 };
 
 // Thrown by submit() for a request that cannot be served; `status` is the HTTP status

@@ -45,7 +45,7 @@ struct Request : SequenceState {
   AcceptanceEstimate acceptance;
   int32_t steps_without_drafts = 0;
   int32_t draft_slot = -1;         // the draft model's slot this request last drafted in
-  int32_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+  int32_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0, spec_rejected = 0;
 
   Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max_tokens_, const Tokenizer& tokenizer,
           uint64_t id_, int32_t draft_max);
@@ -83,7 +83,8 @@ struct Engine::Impl {
   double draft_token_cost = 0.0;    // a draft token over a target step, by bytes read
   std::vector<float> target_probs;  // [draft_max + 1][n_vocab] one request's verification
   std::vector<float> draft_probs;   // [parallel][draft_max][n_vocab] draft model's q rows
-  std::vector<DraftJob> draft_jobs;
+  std::vector<DraftJob> draft_jobs;   // this step's drafting (verify finds q rows here)
+  std::vector<DraftJob> follow_jobs;  // this step's prefill chunks for the draft model
 
   // Published after every iteration, for metrics().
   mutable std::mutex metrics_mutex;
@@ -106,6 +107,7 @@ struct Engine::Impl {
   void setup_speculation(Model* draft_model);
   void propose_drafts();       // before schedule(): drafts for running decodes
   int32_t draft_length(Request& r, int32_t cap) const;
+  void follow_prefills(const SchedulerStep& plan);  // the draft model reads prompt chunks too
   // After the forward pass: r's chunk ended in n_draft drafts; rows: its 1 + n_draft rows.
   void verify(Request& r, float* rows, int32_t n_draft);
   void release_draft(Request& r);  // the request no longer holds its draft slot

@@ -65,6 +65,7 @@ void Engine::Impl::setup_speculation(Model* draft_model) {
   }
   target_probs.resize(static_cast<size_t>(spec.draft_max + 1) * static_cast<size_t>(n_vocab));
   draft_jobs.reserve(static_cast<size_t>(options.parallel));
+  follow_jobs.reserve(static_cast<size_t>(options.parallel));
 }
 
 int32_t Engine::Impl::draft_length(Request& r, int32_t cap) const {
@@ -108,6 +109,21 @@ void Engine::Impl::propose_drafts() {
     r.tokens.insert(r.tokens.end(), r.drafts.begin(), r.drafts.end());
     r.n_draft = static_cast<int32_t>(r.drafts.size());
   }
+}
+
+void Engine::Impl::follow_prefills(const SchedulerStep& plan) {
+  follow_jobs.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    if (c.n_tokens == 1 || c.n_draft > 0) continue;  // decodes catch up when they draft
+    Request& r = static_cast<Request&>(*c.sequence);
+    DraftJob job;
+    job.slot = r.slot;
+    job.owner = r.id;
+    job.tokens = std::span<const int32_t>(r.tokens).first(static_cast<size_t>(c.start + c.n_tokens));
+    follow_jobs.push_back(job);
+    r.draft_slot = r.slot;
+  }
+  if (!follow_jobs.empty()) draft->follow(follow_jobs);
 }
 
 void Engine::Impl::verify(Request& r, float* rows, int32_t n_draft) {
@@ -165,6 +181,7 @@ void Engine::Impl::verify(Request& r, float* rows, int32_t n_draft) {
   ++r.spec_steps;
   r.spec_drafted += n_draft;
   r.spec_accepted += n_accepted;
+  if (n_accepted < n_draft) ++r.spec_rejected;
   ++counters.spec_drafts_total;
   counters.spec_draft_tokens_total += static_cast<uint64_t>(n_draft);
   counters.spec_accepted_tokens_total += static_cast<uint64_t>(n_accepted);

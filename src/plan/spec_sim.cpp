@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "engine/draft_length.h"
 #include "engine/sampler.h"
 #include "engine/speculative.h"
 
@@ -30,10 +31,7 @@ double acceptance_rate(std::span<const double> p, std::span<const double> q) {
   return alpha;
 }
 
-double expected_tokens_per_pass(double alpha, int gamma) {
-  if (alpha >= 1.0) return gamma + 1.0;
-  return (1.0 - std::pow(alpha, gamma + 1)) / (1.0 - alpha);
-}
+double expected_tokens_per_pass(double alpha, int gamma) { return expected_tokens_per_step(alpha, gamma); }
 
 DistributionPair random_pair_with_overlap(int n_vocab, double alpha, uint64_t seed) {
   if (n_vocab < 2) throw Error(str_cat("--vocab ", n_vocab, ": need at least 2 tokens"));

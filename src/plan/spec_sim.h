@@ -28,7 +28,8 @@ double acceptance_rate(std::span<const double> p, std::span<const double> q);
 
 // Tokens one target pass yields on average when each drafted token is accepted
 // independently with probability alpha: (1 - alpha^(gamma+1)) / (1 - alpha); gamma + 1 at
-// alpha = 1.
+// alpha = 1. The engine's draft-length policy uses the same formula
+// (engine/draft_length.h, expected_tokens_per_step); this is that function.
 double expected_tokens_per_pass(double alpha, int gamma);
 
 // A random pair over n_vocab tokens (>= 2) with acceptance rate exactly alpha in [0, 1]:

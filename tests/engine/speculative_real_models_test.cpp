@@ -91,7 +91,9 @@ void expect_same_greedy_output(const std::string& target_name, const std::string
   o.max_batch_tokens = 128;
   o.n_ctx = 1024;
   ASSERT_LT(reqs[0].prompt.size() + static_cast<size_t>(max_tokens), static_cast<size_t>(o.n_ctx));
-  if (repeat > 1) ASSERT_GT(reqs[0].prompt.size(), 520u) << "the prompt should outgrow a 512-token window";
+  if (repeat > 1) {
+    ASSERT_GT(reqs[0].prompt.size(), 520u) << "the prompt should outgrow a 512-token window";
+  }
   o.prefix_cache = false;
   int32_t unused = 0;
   std::vector<std::vector<int32_t>> plain;

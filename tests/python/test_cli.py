@@ -196,3 +196,35 @@ def test_bench_json_reports_each_step_with_and_without_cache():
         assert len(out[0]["samples_ns"]) == 2 and out[0]["avg_ts"] > 0
         assert ("bytes_per_token" in out[0]) == (not extra), "no roofline figure without the cache"
     expect_error("bench", "-m", STORIES, "--no-kv-cache", "--batch", "4", phrase="drop --batch")
+
+
+def test_bench_speculative_rows_beside_plain_and_spec_sim_reads_them(tmp_path):
+    prompt = tmp_path / "prompt.txt"
+    prompt.write_text("Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom")
+    out = json.loads(ridge("bench", "-m", STORIES, "-f", prompt, "-p", "0", "-n", "32", "-r", "2", "-t", "1",
+                           "--json", "--no-bandwidth", "--spec", "ngram", "--draft-fixed", "--draft-max", "4").stdout)
+    assert [r["test"] for r in out] == ["tg32", "tg32 ngram"]
+    plain, spec = out
+    assert "spec_method" not in plain and spec["spec_method"] == "ngram"
+    assert spec["spec_draft_tokens"] >= spec["spec_accepted_tokens"] > 0
+    assert 0 < spec["spec_alpha"] <= 1 and 0 < spec["spec_mean_draft"] <= 4
+    assert spec["spec_tokens_per_step"] == pytest.approx(
+        (spec["spec_accepted_tokens"] + spec["spec_verify_steps"]) / spec["spec_verify_steps"])
+    assert spec["spec_speedup"] == pytest.approx(spec["avg_ts"] / plain["avg_ts"])
+    assert len(spec["step_ns"]) == 32
+
+    run = tmp_path / "run.json"
+    run.write_text(json.dumps(out))
+    measured = json.loads(ridge("spec-sim", "--measured", run, "--json", "-n", "4000").stdout)["measured"]
+    assert len(measured) == 1
+    m = measured[0]
+    a, g = spec["spec_alpha"], spec["spec_mean_draft"]
+    assert m["formula"] == pytest.approx((1 - a ** (g + 1)) / (1 - a) if a < 1 else g + 1)
+    assert m["tokens_per_pass"] == pytest.approx(spec["spec_tokens_per_step"])
+    assert m["simulated"] == pytest.approx((1 - a ** (round(g) + 1)) / (1 - a) if a < 1 else round(g) + 1,
+                                           abs=6 * m["simulated_stderr"] + 1e-9)
+
+    plain_only = tmp_path / "plain.json"
+    plain_only.write_text(json.dumps([plain]))
+    expect_error("spec-sim", "--measured", plain_only, phrase="no speculative rows")
+    expect_error("bench", "-m", STORIES, "--no-kv-cache", "--spec", "ngram", phrase="drop --spec")
