@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <functional>
 #include <fstream>
@@ -50,7 +51,7 @@ struct RunStats {
   int32_t n_generated = 0;
   double prompt_seconds = 0;    // submit to first token
   double generate_seconds = 0;  // first token to last
-  int32_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0;
+  int32_t spec_steps = 0, spec_drafted = 0, spec_accepted = 0, spec_rejected = 0;
 };
 
 void print_stats(const RunStats& s) {
@@ -63,10 +64,16 @@ void print_stats(const RunStats& s) {
   std::fprintf(stderr, "\ngeneration:  %5d tokens in %8.3f s (%8.2f tokens/s)\n", s.n_generated, s.generate_seconds,
                rate(n_after_first, s.generate_seconds));
   if (s.spec_steps > 0) {
-    // Tokens per target pass over the passes that verified drafts: accepted + one each.
-    std::fprintf(stderr, "speculative: %d drafted, %d accepted (%.1f%%), %.2f tokens per verifying step\n",
-                 s.spec_drafted, s.spec_accepted, 100.0 * s.spec_accepted / std::max(s.spec_drafted, 1),
-                 static_cast<double>(s.spec_accepted + s.spec_steps) / s.spec_steps);
+    // alpha: each verification is trials up to its first rejection. Tokens per target pass
+    // over the verifying passes: accepted + one each; the formula at the mean draft length.
+    const double alpha = static_cast<double>(s.spec_accepted) / std::max(s.spec_accepted + s.spec_rejected, 1);
+    const double gamma = static_cast<double>(s.spec_drafted) / s.spec_steps;
+    const double formula = alpha >= 1.0 ? gamma + 1.0 : (1.0 - std::pow(alpha, gamma + 1.0)) / (1.0 - alpha);
+    std::fprintf(stderr,
+                 "speculative: %d drafted, %d accepted (%.1f%%), alpha %.3f; %.2f tokens per verifying step over %d "
+                 "steps (formula at gamma %.2f: %.2f)\n",
+                 s.spec_drafted, s.spec_accepted, 100.0 * s.spec_accepted / std::max(s.spec_drafted, 1), alpha,
+                 static_cast<double>(s.spec_accepted + s.spec_steps) / s.spec_steps, s.spec_steps, gamma, formula);
   }
 }
 
@@ -107,6 +114,7 @@ RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions&
     stats.spec_steps = ev.spec_steps;
     stats.spec_drafted = ev.spec_drafted;
     stats.spec_accepted = ev.spec_accepted;
+    stats.spec_rejected = ev.spec_rejected;
     if (ev.finished && ev.finish_reason == FinishReason::kError) throw Error(str_cat("generation failed: ", ev.error));
   }
   const Clock::time_point end = Clock::now();

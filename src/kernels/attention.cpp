@@ -107,7 +107,44 @@ AttentionOps ops_for(Isa isa) {
 struct ItemRef {
   const AttentionSequence* seq;
   int64_t t, g, r0, n_heads;
+  int64_t n_t = 1;  // tokens t .. t + n_t - 1 (a tile: see attend_tile)
 };
+
+// One block's count keys for n_heads query heads whose scores (rows of block_size floats)
+// are computed: per head, rescales the running state once for the block's max (not once
+// per key) and turns the scores into exp(score - max), then adds p * V. Both attention
+// paths (per token, per tile) call it with the same keys, so they agree bit for bit.
+template <class T>
+void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_heads,
+               const Shape& s, const AttentionParams& params, const Partial& out, float* row_buffer,
+               const AttentionOps& ops) {
+  const int64_t row_stride = s.n_kv_head * s.d_head;
+  for (int64_t r = 0; r < n_heads; ++r) {
+    float* scores = scores_rows + r * s.block_size;
+    if (params.softcap > 0)
+      for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / params.softcap) * params.softcap;
+    float block_max = scores[0];
+    for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
+    const float new_max = std::max(out.max[r], block_max);
+    if (new_max > out.max[r]) {
+      const float correction = std::exp(out.max[r] - new_max);  // 0 on the first block
+      out.sum[r] *= correction;
+      float* acc = out.acc + r * s.d_head;
+      for (int64_t d = 0; d < s.d_head; ++d) acc[d] *= correction;
+      out.max[r] = new_max;
+    }
+    out.sum[r] += ops.exp_sum(scores, count, new_max);
+  }
+  if constexpr (std::is_same_v<T, float>) {
+    (void)row_buffer;
+    ops.accumulate(scores_rows, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
+  } else {
+    for (int64_t jj = 0; jj < count; ++jj) {
+      const float* v = as_float_row(v_rows + jj * row_stride, row_buffer, s.d_head);
+      ops.accumulate(scores_rows + jj, s.block_size, n_heads, v, 0, 1, s.d_head, out.acc, s.d_head);
+    }
+  }
+}
 
 // One item over the keys of one chunk, [j_begin, j_end): walks them block by block; per
 // block, scores all keys, rescales the accumulators once (not once per key) and adds
@@ -143,30 +180,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
         ops.scores(q, n_heads, s.d_head, k, 0, 1, params.scale, it.scores + jj, s.block_size);
       }
     }
-    for (int64_t r = 0; r < n_heads; ++r) {
-      float* scores = it.scores + r * s.block_size;
-      if (params.softcap > 0)
-        for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / params.softcap) * params.softcap;
-      float block_max = scores[0];
-      for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
-      const float new_max = std::max(out.max[r], block_max);
-      if (new_max > out.max[r]) {
-        const float correction = std::exp(out.max[r] - new_max);  // 0 on the first block
-        out.sum[r] *= correction;
-        float* acc = out.acc + r * s.d_head;
-        for (int64_t d = 0; d < s.d_head; ++d) acc[d] *= correction;
-        out.max[r] = new_max;
-      }
-      out.sum[r] += ops.exp_sum(scores, count, new_max);
-    }
-    if constexpr (std::is_same_v<T, float>) {
-      ops.accumulate(it.scores, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
-    } else {
-      for (int64_t jj = 0; jj < count; ++jj) {
-        const float* v = as_float_row(v_rows + jj * row_stride, it.row, s.d_head);
-        ops.accumulate(it.scores + jj, s.block_size, n_heads, v, 0, 1, s.d_head, out.acc, s.d_head);
-      }
-    }
+    add_block(v_rows, count, it.scores, n_heads, s, params, out, it.row, ops);
     j0 = j1;
   }
 }
@@ -223,6 +237,79 @@ void attend_item(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
   write_output(it.total, item, s);
 }
 
+// Tiles: a sequence's consecutive query tokens (a prefill chunk, a speculative step's
+// drafts) processed together per KV head, so each K/V block is read from memory once for
+// all of them rather than once per token. Each token still walks exactly its own keys
+// chunk by chunk and block by block, through the same add_block, so its output has the
+// same bits as on the per-token path (the scores of a key do not depend on which other
+// keys or rows are computed with it).
+constexpr int64_t kMaxTileTokens = 16;
+
+struct TileScratch {
+  float* totals;  // [n_t] partials
+  float* chunks;  // [n_t] partials
+  float* scores;  // [n_t][n_rep][block_size]
+};
+
+TileScratch carve_tile(float* base, const Shape& s) {
+  const auto partial = static_cast<int64_t>(partial_floats(s));
+  return TileScratch{base, base + kMaxTileTokens * partial, base + 2 * kMaxTileTokens * partial};
+}
+
+void attend_tile(const PagedKvLayer<float>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
+                 const TileScratch& it, const AttentionOps& ops) {
+  const AttentionSequence& seq = *item.seq;
+  const int64_t g = item.g, n_t = item.n_t, n_heads = item.n_heads;
+  const int64_t row_stride = s.n_kv_head * s.d_head;
+  const auto partial = static_cast<int64_t>(partial_floats(s));
+  int64_t first[kMaxTileTokens], last[kMaxTileTokens], lo = INT64_MAX, hi = -1;
+  for (int64_t i = 0; i < n_t; ++i) {
+    visible_keys(seq, item.t + i, params, &first[i], &last[i]);
+    lo = std::min(lo, first[i]);
+    hi = std::max(hi, last[i]);
+    clear(partial_at(it.totals + i * partial, s), s, n_heads);
+  }
+  for (int64_t c = lo / kChunkKeys; c <= hi / kChunkKeys; ++c) {
+    int64_t begin[kMaxTileTokens], end[kMaxTileTokens], c_lo = INT64_MAX, c_hi = -1;
+    for (int64_t i = 0; i < n_t; ++i) {
+      chunk_range(first[i], last[i], c, &begin[i], &end[i]);
+      if (begin[i] >= end[i]) continue;  // this token sees no key of chunk c
+      c_lo = std::min(c_lo, begin[i]);
+      c_hi = std::max(c_hi, end[i]);
+      clear(partial_at(it.chunks + i * partial, s), s, n_heads);
+    }
+    for (int64_t j0 = c_lo; j0 < c_hi;) {
+      const int64_t table_index = j0 / s.block_size;
+      const int64_t j1 = std::min(c_hi, (table_index + 1) * s.block_size);
+      const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
+      if (block < 0 || block >= s.n_blocks)
+        throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ", j0,
+                            "..", j1 - 1, " inside the window of position ", seq.q_pos[item.t + n_t - 1],
+                            " (pool has ", s.n_blocks, " blocks)"));
+      const int64_t first_row = static_cast<int64_t>(block) * s.block_size + j0 % s.block_size;
+      for (int64_t i = 0; i < n_t; ++i) {
+        const int64_t k0 = std::max(j0, begin[i]), k1 = std::min(j1, end[i]);
+        if (k0 >= k1) continue;
+        const float* q = seq.q + ((item.t + i) * s.n_head + g * s.n_rep + item.r0) * s.d_head;
+        const float* k_rows = kv.k + (first_row + k0 - j0) * row_stride + g * s.d_head;
+        const float* v_rows = kv.v + (first_row + k0 - j0) * row_stride + g * s.d_head;
+        float* scores = it.scores + i * s.n_rep * s.block_size;
+        ops.scores(q, n_heads, s.d_head, k_rows, row_stride, k1 - k0, params.scale, scores, s.block_size);
+        add_block(v_rows, k1 - k0, scores, n_heads, s, params, partial_at(it.chunks + i * partial, s), nullptr, ops);
+      }
+      j0 = j1;
+    }
+    for (int64_t i = 0; i < n_t; ++i)
+      if (begin[i] < end[i]) merge(partial_at(it.totals + i * partial, s), partial_at(it.chunks + i * partial, s), s, n_heads);
+  }
+  for (int64_t i = 0; i < n_t; ++i) {
+    ItemRef one = item;
+    one.t = item.t + i;
+    one.n_t = 1;
+    write_output(partial_at(it.totals + i * partial, s), one, s);
+  }
+}
+
 // Few items and long contexts (decode of one or two sequences): the chunks of every item
 // are spread over the threads, their partials kept in the shared scratch, then merged.
 constexpr int64_t kMaxSplitItems = 16;
@@ -231,7 +318,10 @@ constexpr int64_t kMaxSplitItems = 16;
 
 size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_head, int64_t block_size) {
   const int64_t n_rep = n_kv_head > 0 ? n_head / n_kv_head : n_head;
-  return static_cast<size_t>(n_rep * (2 * d_head + 4 + block_size) + d_head);
+  // The larger of one token's item (two partials, a block's scores, a row) and a tile's.
+  const int64_t one = n_rep * (2 * d_head + 4 + block_size) + d_head;
+  const int64_t tile = kMaxTileTokens * n_rep * (2 * d_head + 4 + block_size);
+  return static_cast<size_t>(std::max(one, tile));
 }
 
 template <class T>
@@ -252,6 +342,45 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
   }
   const int64_t n_threads = pool.n_threads();
   const AttentionOps ops = ops_for(isa);
+  if constexpr (std::is_same_v<T, float>) {
+    // Tiles when the tokens alone give every thread work: as long as the tiles still do.
+    int64_t tile = 1;
+    auto n_tile_items = [&](int64_t size) {
+      int64_t n = 0;
+      for (const AttentionSequence& seq : sequences) n += (std::max<int64_t>(0, seq.n_q) + size - 1) / size * s.n_kv_head;
+      return n;
+    };
+    if (n_groups >= n_threads) {
+      tile = kMaxTileTokens;
+      while (tile > 1 && n_tile_items(tile) < n_threads) tile /= 2;
+    }
+    if (tile > 1) {
+      const int64_t n_items = n_tile_items(tile);
+      auto tile_at = [&](int64_t item) {
+        size_t seq_index = 0;
+        for (;;) {
+          const int64_t seq_items = (std::max<int64_t>(0, sequences[seq_index].n_q) + tile - 1) / tile * s.n_kv_head;
+          if (item < seq_items) break;
+          item -= seq_items;
+          ++seq_index;
+        }
+        const AttentionSequence& seq = sequences[seq_index];
+        const int64_t t = item / s.n_kv_head * tile;
+        return ItemRef{&seq, t, item % s.n_kv_head, 0, s.n_rep, std::min(tile, seq.n_q - t)};
+      };
+      pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
+        float* base = scratch.thread_data(thread);
+        for (int64_t i = begin; i < end; ++i) {
+          const ItemRef item = tile_at(i);
+          if (item.n_t == 1)
+            attend_item(kv, item, s, params, carve(base, s), ops);
+          else
+            attend_tile(kv, item, s, params, carve_tile(base, s), ops);
+        }
+      });
+      return;
+    }
+  }
   // Group `group` of the call: its sequence, token and KV head.
   auto group_at = [&](int64_t group) {
     size_t seq_index = 0;

@@ -344,5 +344,54 @@ TEST(Attention, SplitAcrossThreadsEqualsUnsplit) {
   }
 }
 
+// Several query tokens of one sequence (a prefill chunk, a speculative step's drafts) go
+// through tiles that read each K/V block once for all of them. Every token must get the
+// bits it gets alone (speculative decoding's greedy output depends on it), across block
+// and 256-key chunk boundaries, windows, softcap and GQA ratios.
+TEST(Attention, TilesOfQueryTokensEqualEachTokenAlone) {
+  struct Tiled {
+    int64_t n_head, n_kv_head, n_kv, n_q, window;
+    float softcap;
+    int threads;
+  };
+  for (const Tiled& t : {Tiled{4, 2, 37, 9, 0, 0.0f, 2}, Tiled{8, 2, 300, 9, 0, 0.0f, 2},
+                         Tiled{4, 1, 600, 33, 0, 0.0f, 3}, Tiled{4, 4, 270, 20, 100, 0.0f, 2},
+                         Tiled{6, 2, 530, 17, 257, 30.0f, 2}, Tiled{2, 2, 16, 16, 0, 0.0f, 1},
+                         Tiled{4, 1, 2048, 5, 512, 0.0f, 2}}) {
+    Case c;
+    c.n_head = t.n_head;
+    c.n_kv_head = t.n_kv_head;
+    c.d_head = 32;
+    c.n_kv = t.n_kv;
+    c.n_q = t.n_q;
+    c.window = t.window;
+    c.softcap = t.softcap;
+    SCOPED_TRACE(::testing::Message() << "n_head " << c.n_head << " n_kv_head " << c.n_kv_head << " n_kv " << c.n_kv
+                                      << " n_q " << c.n_q << " window " << c.window << " threads " << t.threads);
+    const PagedSequence s = make_sequence(c, 31);
+    const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+    for (Isa isa : {Isa::kScalar, best_isa()}) {
+      ThreadPool pool(t.threads);
+      Scratch scratch(t.threads, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
+      scratch.reserve_shared(size_t{1} << 20);
+      std::vector<float> together(s.q.size(), -1.0f), alone(s.q.size(), -2.0f);
+      const AttentionSequence all{s.q.data(), s.q_pos.data(), c.n_q, s.table, c.n_kv, together.data()};
+      attention_isa(kv, std::span<const AttentionSequence>(&all, 1), c.n_head, params_of(c), pool, scratch, isa);
+      const int64_t per_token = c.n_head * c.d_head;
+      for (int64_t q = 0; q < c.n_q; ++q) {
+        const AttentionSequence one{s.q.data() + q * per_token, s.q_pos.data() + q, 1, s.table, c.n_kv,
+                                    alone.data() + q * per_token};
+        attention_isa(kv, std::span<const AttentionSequence>(&one, 1), c.n_head, params_of(c), pool, scratch, isa);
+      }
+      for (size_t e = 0; e < together.size(); ++e)
+        ASSERT_EQ(together[e], alone[e]) << "token " << e / per_token << ", element " << e % per_token;
+      std::vector<float> want(s.q.size());
+      attention_reference(s.q.data(), s.q_pos.data(), c.n_q, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
+                          c.d_head, params_of(c), want.data());
+      for (size_t e = 0; e < want.size(); ++e) ASSERT_TRUE(close(together[e], want[e])) << e;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ridge::kernels
