@@ -2,6 +2,7 @@
 // prefix caching never change a request's output; cancellation returns blocks; stop
 // strings, max_tokens, seeds, logprobs, metrics and submit errors behave as documented.
 #include "engine/engine.h"
+#include "engine_test_util.h"
 
 #include <gtest/gtest.h>
 
@@ -38,35 +39,9 @@ Fixture& stories() {
   return f;
 }
 
-struct Output {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::vector<float> logprobs;
-  std::vector<std::vector<TokenLogprob>> top_logprobs;
-  FinishReason reason = FinishReason::kNone;
-  std::string error;
-  int32_t completion_tokens = 0;
-  int32_t cached_prompt_tokens = 0;
-  int32_t n_events = 0;
-};
-
-Output collect(RequestStream& stream) {
-  Output out;
-  for (StreamEvent ev; stream.next(ev);) {
-    ++out.n_events;
-    out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    out.text += ev.text;
-    out.logprobs.insert(out.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-    out.top_logprobs.insert(out.top_logprobs.end(), ev.top_logprobs.begin(), ev.top_logprobs.end());
-    if (ev.finished) {
-      out.reason = ev.finish_reason;
-      out.error = ev.error;
-      out.completion_tokens = ev.completion_tokens;
-      out.cached_prompt_tokens = ev.cached_prompt_tokens;
-    }
-  }
-  return out;
-}
+using test::collect;
+using test::Output;
+using test::wait_until_idle;
 
 std::vector<int32_t> encode(const std::string& text) { return stories().tokenizer->encode(text); }
 
@@ -132,14 +107,6 @@ void expect_same_tokens(const std::vector<Output>& got, const std::vector<Output
   }
 }
 
-EngineMetrics wait_until_idle(const Engine& engine) {
-  EngineMetrics m = engine.metrics();
-  for (int i = 0; i < 500 && (m.requests_running > 0 || m.requests_waiting > 0 || m.kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    m = engine.metrics();
-  }
-  return m;
-}
 
 // llama2.c's run.c on the same weights: BOS + "Once upon a time", then 60 greedy tokens.
 std::vector<int32_t> llama2c_greedy_sequence() {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine_test_util.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 #include "plan/stats.h"
@@ -69,30 +70,9 @@ Models& models() {
   return m;
 }
 
-struct Output {
-  std::vector<int32_t> tokens;
-  std::string text;
-  std::vector<float> logprobs;
-  std::vector<std::vector<TokenLogprob>> top_logprobs;
-  FinishReason reason = FinishReason::kNone;
-  int32_t spec_drafted = 0, spec_accepted = 0;
-};
-
-Output collect(RequestStream& stream) {
-  Output out;
-  for (StreamEvent ev; stream.next(ev);) {
-    out.tokens.insert(out.tokens.end(), ev.tokens.begin(), ev.tokens.end());
-    out.text += ev.text;
-    out.logprobs.insert(out.logprobs.end(), ev.logprobs.begin(), ev.logprobs.end());
-    out.top_logprobs.insert(out.top_logprobs.end(), ev.top_logprobs.begin(), ev.top_logprobs.end());
-    if (ev.finished) {
-      out.reason = ev.finish_reason;
-      out.spec_drafted = ev.spec_drafted;
-      out.spec_accepted = ev.spec_accepted;
-    }
-  }
-  return out;
-}
+using test::collect;
+using test::Output;
+using test::wait_until_idle;
 
 RequestParams greedy(const std::string& prompt, int32_t max_tokens) {
   RequestParams p;
@@ -140,14 +120,6 @@ std::vector<RequestParams> story_requests() {
   return out;
 }
 
-EngineMetrics wait_until_idle(const Engine& engine) {
-  EngineMetrics m = engine.metrics();
-  for (int i = 0; i < 500 && (m.requests_running > 0 || m.kv_blocks_used > 0 || m.draft_kv_blocks_used > 0); ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    m = engine.metrics();
-  }
-  return m;
-}
 
 TEST(SpeculativeEngine, GreedyOutputIsThePlainOutputForEveryProposer) {
   const std::vector<RequestParams> requests = story_requests();
