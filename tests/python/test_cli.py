@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 from pathlib import Path
 
@@ -126,6 +127,21 @@ def test_run_bad_input_fails_before_compute(tmp_path):
     bad.write_bytes(b"Once upon \xff\xfe a time")
     expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")
     expect_error("run", "-m", VOCAB / "ggml-vocab-gpt-2.gguf", "-p", "hi", phrase="not supported")
+
+
+def test_run_chat_continues_through_the_prefix_cache():
+    gemma = MODEL_CACHE / "gemma3-270m"
+    if not gemma.is_dir():
+        pytest.skip("gemma3-270m is not in the model cache")
+    res = ridge("run", "-m", "gemma3-270m", "--chat", "-n", "24", "--temp", "0",
+                input=b"Name three colours of the rainbow.\nAnd two more?\n")
+    err = res.stderr.decode()
+    turns = re.findall(r"prompt eval:\s+(\d+) tokens.*?(?:; (\d+) more from the prefix cache)?\n", err)
+    assert len(turns) == 2, err
+    # The second turn computes only its new message (and the last partial block): the first
+    # turn's prompt and reply come from the cache.
+    assert turns[0][1] == "" and int(turns[1][1]) >= 32, err
+    assert int(turns[1][0]) < 32, err
 
 
 def test_run_speculative_greedy_text_is_the_plain_text():
