@@ -56,6 +56,8 @@ Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max
       sampler(p.sampling),
       output(tokenizer, std::move(p.stop), p.ignore_eos, max_tokens_),
       submitted(Clock::now()),
+      score(std::move(p.score)),
+      score_from(p.score_from),
       draft_sampler([&] {
         SamplingParams d = p.sampling;  // the request's chain, its own stream, no logprobs
         d.seed = p.sampling.seed ^ 0x9e3779b97f4a7c15ULL;
@@ -144,6 +146,8 @@ void Engine::Impl::run() {
       wake.wait(lock, [&] { return stopping || !incoming.empty() || !scheduler->idle(); });
       if (stopping) return;
       for (std::unique_ptr<Request>& r : incoming) {
+        if (r->score && score_logits.empty())
+          score_logits.resize(static_cast<size_t>(kScoreSliceRows) * static_cast<size_t>(n_vocab));
         scheduler->add(r.get());
         live.push_back(std::move(r));
       }
@@ -184,20 +188,38 @@ void Engine::Impl::step() {
   if (plan.chunks.empty()) return;
 
   batch.clear();
+  row_targets.clear();
+  int32_t sampling_rows = 0;
+  bool scoring = false;
   for (const ScheduledChunk& c : plan.chunks) {
     Request& r = static_cast<Request&>(*c.sequence);
+    const std::span<const int32_t> chunk_tokens =
+        std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(c.start), static_cast<size_t>(c.n_tokens));
+    if (r.score) {  // a row for each scored position in the chunk
+      const int32_t from = std::max({r.score_from, c.start, r.scored_until + 1});
+      const int32_t to = std::min(r.n_prompt - 2, c.start + c.n_tokens - 1);
+      batch.add_sequence(r.slot, c.start, chunk_tokens, from, to);
+      for (int32_t p = from; p <= to; ++p) row_targets.push_back({&r, p, -1});
+      scoring = scoring || from <= to;
+      continue;
+    }
     // The prefix cache hashes confirmed tokens only: a rejected draft is never indexed.
     if (cache->prefix_cache_enabled())
       cache->set_tokens(r.slot, std::span<const int32_t>(r.tokens).first(r.tokens.size() - r.n_draft));
     const LogitRows rows = !c.needs_logits ? LogitRows::kNone : c.n_draft > 0 ? LogitRows::kAll : LogitRows::kLast;
-    batch.add_sequence(r.slot, c.start,
-                       std::span<const int32_t>(r.tokens).subspan(static_cast<size_t>(c.start),
-                                                                   static_cast<size_t>(c.n_tokens)),
-                       rows, c.n_draft);
+    batch.add_sequence(r.slot, c.start, chunk_tokens, rows, c.n_draft);
+    if (c.needs_logits)
+      for (int32_t i = 0; i <= c.n_draft; ++i) row_targets.push_back({&r, -1, sampling_rows++});
   }
   const Clock::time_point start = Clock::now();
   try {
-    model.forward(batch, *cache, logits.data());
+    if (scoring) {
+      model.forward(batch, *cache,
+                    LogitSink{score_logits.data(), kScoreSliceRows,
+                              [this](int32_t first, int32_t n, const float* rows) { deliver_rows(first, n, rows); }});
+    } else {
+      model.forward(batch, *cache, logits.data());
+    }
   } catch (const std::exception& e) {
     // forward validates before computing, so the cache is unchanged: fail this batch only.
     for (const ScheduledChunk& c : plan.chunks) {
@@ -211,8 +233,17 @@ void Engine::Impl::step() {
 
   size_t row = 0;
   for (const ScheduledChunk& c : plan.chunks) {
-    if (!c.needs_logits) continue;
     Request& r = static_cast<Request&>(*c.sequence);
+    if (r.score) {  // scored: ends when its prompt is computed, or at the first error
+      if (!r.score_error.empty())
+        end(r, FinishReason::kError, str_cat("score: ", r.score_error));
+      else if (c.needs_logits) {
+        counters.prompt_tokens_total += static_cast<uint64_t>(r.n_prompt);
+        end(r, FinishReason::kLength, {});
+      }
+      continue;
+    }
+    if (!c.needs_logits) continue;
     float* rows = logits.data() + row * static_cast<size_t>(n_vocab);
     row += static_cast<size_t>(1 + c.n_draft);
     if (r.stream->cancelled()) {
@@ -233,6 +264,25 @@ void Engine::Impl::step() {
       r.step_top_logprobs.emplace_back(top.begin(), top.end());
     }
     emit(r, 1);
+  }
+}
+
+void Engine::Impl::deliver_rows(int32_t first, int32_t n, const float* rows) {
+  const auto vocab = static_cast<size_t>(n_vocab);
+  for (int32_t i = 0; i < n; ++i) {
+    const RowTarget& t = row_targets[static_cast<size_t>(first + i)];
+    const float* row = rows + static_cast<size_t>(i) * vocab;
+    if (t.position < 0) {
+      std::copy_n(row, vocab, logits.data() + static_cast<size_t>(t.sampling_row) * vocab);
+      continue;
+    }
+    if (!t.request->score_error.empty()) continue;
+    try {  // the client's code: a throw ends this request, not the step
+      t.request->score(t.position, std::span<const float>(row, vocab));
+      t.request->scored_until = t.position;
+    } catch (const std::exception& e) {
+      t.request->score_error = e.what();
+    }
   }
 }
 
@@ -389,6 +439,16 @@ std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) {
       throw EngineError(400, str_cat("prompt: token ", i, " is ", params.prompt[i],
                                      ", outside the vocabulary [0, ", n_vocab, ")"), "prompt");
     }
+  }
+  if (params.score) {  // scoring: the prompt is all there is
+    if (n_prompt < 2) throw EngineError(400, "prompt: scoring needs at least two tokens", "prompt");
+    if (params.score_from < 0 || params.score_from > n_prompt - 2)
+      throw EngineError(400, str_cat("score_from: ", params.score_from, " outside 0..", n_prompt - 2), "score_from");
+    if (n_prompt > limit)
+      throw EngineError(400, str_cat("prompt: ", n_prompt, " tokens exceed ", limit_name, limit, " tokens"), "prompt",
+                        "context_length_exceeded");
+    params.max_tokens = 1;  // never reached: nothing is sampled
+    return std::make_unique<Request>(params, std::make_shared<RequestStream>(), 1, tokenizer, next_id.fetch_add(1), 0);
   }
   if (params.max_tokens < 0) {
     throw EngineError(400, str_cat("max_tokens: must be >= 0 (0: up to the context), got ",

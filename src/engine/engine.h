@@ -16,8 +16,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <thread>
 #include <utility>
@@ -88,6 +90,15 @@ struct RequestParams {
   SamplingParams sampling;
   std::vector<std::string> stop;   // stop strings: generation ends before the first match
   bool ignore_eos = false;
+
+  // Scoring instead of generating (ridge perplexity): when set, nothing is sampled; for
+  // every prompt position p in [score_from, prompt.size() - 2], score(p, logits) gets the
+  // logits ([n_vocab]) that predict prompt token p + 1, on the engine thread, in position
+  // order. The request ends with FinishReason::kLength and no completion tokens once its
+  // prompt is computed (kError with the message if score throws); max_tokens, sampling
+  // and stop are not used.
+  std::function<void(int32_t position, std::span<const float> logits)> score;
+  int32_t score_from = 0;
 };
 
 // One step of a request's stream. Text arrives in whole UTF-8 characters; text that

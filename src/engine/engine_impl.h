@@ -35,6 +35,13 @@ struct Request : SequenceState {
   EngineClock::time_point last_token;
   bool finished = false;
 
+  // Scoring (RequestParams::score): no sampling; scored positions are [score_from, n_prompt - 2].
+  std::function<void(int32_t, std::span<const float>)> score;
+  int32_t score_from = 0;
+  std::string score_error;  // what score threw, reported when the step ends
+  int32_t scored_until = -1;  // last position delivered (a preempted request is recomputed,
+                              // and its positions are not delivered twice)
+
   // This step's new tokens' logprobs (the tokens are the last ones of `tokens`).
   std::vector<float> step_logprobs;
   std::vector<std::vector<TokenLogprob>> step_top_logprobs;
@@ -78,6 +85,16 @@ struct Engine::Impl {
   std::vector<float> logits;  // [logit rows of a step][n_vocab]
   EngineMetrics counters;
 
+  // Scoring requests' logits arrive in slices through the model's LogitSink.
+  static constexpr int32_t kScoreSliceRows = 32;
+  std::vector<float> score_logits;  // [kScoreSliceRows][n_vocab], sized at the first scoring request
+  struct RowTarget {                // what one logit row of the step is for
+    Request* request;
+    int32_t position;               // scored prompt position, or -1: a sampling row
+    int32_t sampling_row;           // its row in `logits` (sampling rows only)
+  };
+  std::vector<RowTarget> row_targets;
+
   // Speculative decoding, engine thread only.
   StepCostModel step_costs;         // measured target step seconds by tokens
   double draft_token_cost = 0.0;    // a draft token over a target step, by bytes read
@@ -93,6 +110,7 @@ struct Engine::Impl {
   Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* draft_model);
   void run();
   void step();
+  void deliver_rows(int32_t first, int32_t n, const float* rows);  // a LogitSink slice
   // Streams the request's last n_new tokens (this step's) as one event.
   void emit(Request& r, int32_t n_new);
   void end(Request& r, FinishReason reason, const std::string& error);

@@ -14,6 +14,18 @@ void Batch::add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t
   }
 }
 
+void Batch::add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens, int32_t logits_from,
+                         int32_t logits_to) {
+  const int32_t first = n_tokens();
+  const int32_t n = static_cast<int32_t>(new_tokens.size());
+  sequences.push_back(BatchSequence{seq, first, n, start_pos, 0});
+  for (int32_t i = 0; i < n; ++i) {
+    tokens.push_back(new_tokens[i]);
+    positions.push_back(start_pos + i);
+    if (start_pos + i >= logits_from && start_pos + i <= logits_to) logit_rows.push_back(first + i);
+  }
+}
+
 void Batch::clear() {
   tokens.clear();
   positions.clear();

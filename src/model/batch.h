@@ -34,6 +34,10 @@ struct Batch {
   // n_tentative: see BatchSequence (speculative decoding).
   void add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens,
                     LogitRows logits, int32_t n_tentative = 0);
+  // The same, with logits for the rows whose positions lie in [logits_from, logits_to]
+  // (scoring a prompt: every position that predicts a known next token).
+  void add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens, int32_t logits_from,
+                    int32_t logits_to);
   void clear();
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_logit_rows() const { return static_cast<int32_t>(logit_rows.size()); }

@@ -118,7 +118,13 @@ void Model::validate(const Batch& b, const KvCache& cache) const {
 }
 
 void Model::forward(const Batch& b, KvCache& cache, float* logits) {
+  forward(b, cache, LogitSink{logits, std::max(b.n_logit_rows(), 1), nullptr});
+}
+
+void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   validate(b, cache);
+  if (sink.max_rows < 1 || (b.n_logit_rows() > 0 && sink.buffer == nullptr))
+    throw Error(str_cat("forward: logit sink of ", sink.max_rows, " rows"));
   const ModelConfig& c = config_;
   const int32_t n = b.n_tokens();
 
@@ -143,15 +149,21 @@ void Model::forward(const Batch& b, KvCache& cache, float* logits) {
     cache.recycle_window(s.seq, s.n_tentative);
   }
 
-  // Final norm and output projection for the rows that need logits only.
+  // Final norm and output projection for the rows that need logits only, a slice of the
+  // sink's rows at a time.
   const int32_t n_out = b.n_logit_rows();
   if (n_out == 0) return;
   for (int32_t i = 0; i < n_out; ++i)
     std::memcpy(final_.data() + static_cast<size_t>(i) * c.n_embd,
                 x_.data() + static_cast<size_t>(b.logit_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
   kernels::rms_norm(final_.data(), weights_.output_norm, final_.data(), n_out, c.n_embd, c.norm_eps);
-  kernels::matmul(weights_.output, final_.data(), logits, n_out, pool_, scratch_);
-  if (c.final_softcap > 0) kernels::softcap(logits, static_cast<int64_t>(n_out) * c.n_vocab, c.final_softcap);
+  for (int32_t first = 0; first < n_out; first += sink.max_rows) {
+    const int32_t n = std::min(sink.max_rows, n_out - first);
+    kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
+                    scratch_);
+    if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
+    if (sink.on_rows) sink.on_rows(first, n, sink.buffer);
+  }
 }
 
 void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,6 +26,16 @@
 #include "model/weights.h"
 
 namespace ridge {
+
+// Where a forward pass delivers logits when a step's rows would not fit one buffer (a
+// scored prompt has a row per token): the output projection runs on max_rows rows at a
+// time into buffer ([max_rows][n_vocab]), and on_rows gets each slice: rows first ..
+// first + n - 1 of batch.logit_rows.
+struct LogitSink {
+  float* buffer = nullptr;
+  int32_t max_rows = 0;
+  std::function<void(int32_t first, int32_t n, const float* logits)> on_rows;
+};
 
 struct ModelOptions {
   int n_threads = 0;              // 0: all cores
@@ -57,6 +68,8 @@ class Model {
   // logits for batch.logit_rows: [batch.n_logit_rows()][n_vocab]. Throws ridge::Error,
   // before any compute, for a malformed batch.
   void forward(const Batch& batch, KvCache& cache, float* logits);
+  // The same, logits in slices through the sink (max_rows >= 1).
+  void forward(const Batch& batch, KvCache& cache, const LogitSink& sink);
 
  private:
   Model(gguf::File file, const ModelOptions& options);
