@@ -19,6 +19,7 @@ void add_roofline_command(CLI::App& app);
 void add_spec_sim_command(CLI::App& app);
 void add_serve_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
+void add_quantize_command(CLI::App& app);
 
 // Turns a model argument into a file path: an existing path is used as is; otherwise the
 // name is looked up in the model cache (RIDGE_MODEL_CACHE or ~/.cache/ridge/models).

@@ -1,0 +1,111 @@
+#include "quant/quantize.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "gguf/writer.h"
+
+namespace ridge::quant {
+namespace {
+
+std::string shape(const gguf::TensorInfo& t) {
+  std::string s = "[";
+  for (int d = 0; d < t.n_dims; ++d) s += str_cat(d ? ", " : "", t.ne[d]);
+  return s + "]";
+}
+
+// Removes OUT.part unless the run got as far as renaming it.
+struct PartFile {
+  std::string path;
+  bool keep = false;
+  ~PartFile() {
+    if (keep) return;
+    std::error_code ec;
+    std::filesystem::remove(path, ec);
+  }
+};
+
+}  // namespace
+
+void quantize_rows_reference(DType type, const float* rows, int64_t n_rows, int64_t n_cols, uint8_t* out,
+                             int threads) {
+  const size_t out_row = row_size(type, n_cols);
+  ThreadPool pool(threads);
+  pool.parallel_for_dynamic(n_rows, 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r)
+      quantize_row(type, rows + r * n_cols, out + static_cast<size_t>(r) * out_row, n_cols);
+  });
+}
+
+QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void(const std::string&)>& progress) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  if (fs::exists(o.output, ec) && fs::equivalent(o.input, o.output, ec))
+    throw Error(str_cat("quantize: ", o.output, " is the input file; refusing to overwrite it"));
+  const gguf::File in = gguf::File::open(o.input);
+  const RecipeState state = recipe_state(in);
+  QuantizeReport report;
+
+  gguf::Writer out(static_cast<uint32_t>(in.get_u64("general.alignment", gguf::kDefaultAlignment)));
+  for (const gguf::KeyValue& kv : in.metadata()) {
+    if (kv.key == "general.file_type" || kv.key == "general.quantization_version") continue;
+    out.set(kv.key, kv.value);
+  }
+  out.set_u32("general.file_type", o.target.file_type);
+  out.set_u32("general.quantization_version", 2);
+  for (const auto& [key, value] : o.extra_metadata) out.set_string(key, value);
+
+  ThreadPool pool(o.threads);
+  std::vector<float> f32;
+  std::vector<uint8_t> bytes;
+  const int32_t n = static_cast<int32_t>(in.tensors().size());
+  for (int32_t i = 0; i < n; ++i) {
+    const gguf::TensorInfo& t = in.tensors()[static_cast<size_t>(i)];
+    const TensorChoice choice = choose_tensor_type(o.target, state, t);
+    const std::vector<int64_t> dims(t.ne, t.ne + t.n_dims);
+    report.input_bytes += t.nbytes;
+    ++report.n_tensors;
+    if (!choice.fallback_note.empty()) report.fallbacks.push_back(choice.fallback_note);
+    if (!choice.quantized || choice.type == t.dtype) {
+      out.add_tensor(t.name, t.dtype, dims, std::span<const uint8_t>(t.data, t.nbytes));
+      report.output_bytes += t.nbytes;
+      progress(str_cat("[", i + 1, "/", n, "] ", t.name, " ", shape(t), " ", dtype_name(t.dtype), " (kept)\n"));
+      continue;
+    }
+    if (type_traits(t.dtype).to_float == nullptr)
+      throw Error(str_cat("quantize: ", t.name, " is ", dtype_name(t.dtype), ", which ridge cannot dequantize"));
+    const int64_t n_cols = t.ne[0];
+    const int64_t n_rows = t.n_elements() / n_cols;
+    f32.resize(static_cast<size_t>(t.n_elements()));
+    const size_t in_row = row_size(t.dtype, n_cols);
+    pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
+      for (int64_t r = begin; r < end; ++r)
+        dequantize_row(t.dtype, t.data + static_cast<size_t>(r) * in_row, f32.data() + r * n_cols, n_cols);
+    });
+    const size_t out_bytes = row_size(choice.type, n_cols) * static_cast<size_t>(n_rows);
+    bytes.resize(out_bytes);
+    if (o.quantizer)
+      o.quantizer(t.name, choice.type, f32.data(), n_rows, n_cols, bytes.data());
+    else
+      quantize_rows_reference(choice.type, f32.data(), n_rows, n_cols, bytes.data(), o.threads);
+    out.add_tensor(t.name, choice.type, dims, bytes);
+    report.output_bytes += out_bytes;
+    ++report.n_quantized;
+    progress(str_cat("[", i + 1, "/", n, "] ", t.name, " ", shape(t), " ", dtype_name(t.dtype), " -> ",
+                     dtype_name(choice.type), choice.fallback_note.empty() ? "" : " (fallback)", "\n"));
+  }
+
+  PartFile part{o.output + ".part"};
+  out.write(part.path);
+  fs::rename(part.path, o.output, ec);
+  if (ec) throw Error(str_cat("quantize: cannot rename ", part.path, " to ", o.output, " (", ec.message(), ")"));
+  part.keep = true;
+  return report;
+}
+
+}  // namespace ridge::quant

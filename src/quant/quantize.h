@@ -1,0 +1,50 @@
+// `ridge quantize`: a GGUF in, a GGUF of another type out, tensor by tensor. Every weight
+// matrix is dequantized to f32 and quantized to the type the recipe picks (quant/recipe.h)
+// with a RowQuantizer: the format's reference round-to-nearest quantizer by default, or
+// what GPTQ/AWQ put in its place. Metadata is carried over (general.file_type set to the
+// target); the output is written to OUT.part and renamed, so a failed run leaves no file.
+//
+//   QuantizeOptions o{.input = "f16.gguf", .output = "q4.gguf", .target = parse_quant_target("Q4_K_M")};
+//   QuantizeReport r = quantize_model(o, [](const std::string& line) { std::fputs(line.c_str(), stderr); });
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "quant/recipe.h"
+
+namespace ridge::quant {
+
+// Quantizes one matrix: rows [n_rows][n_cols] of f32 into n_rows rows of `type`. Given
+// the tensor's name so that a method can use what it learned about that matrix (an
+// importance matrix, GPTQ's Hessian); `out` holds n_rows * row_size(type, n_cols) bytes.
+using MatrixQuantizer = std::function<void(const std::string& name, DType type, const float* rows, int64_t n_rows,
+                                           int64_t n_cols, uint8_t* out)>;
+
+struct QuantizeOptions {
+  std::string input;
+  std::string output;
+  QuantTarget target;
+  int threads = 0;                  // 0: all cores
+  MatrixQuantizer quantizer;        // null: the reference quantizer of each type
+  std::vector<std::pair<std::string, std::string>> extra_metadata;  // string keys to add (method, imatrix)
+};
+
+struct QuantizeReport {
+  uint64_t input_bytes = 0, output_bytes = 0;  // tensor data
+  int32_t n_tensors = 0, n_quantized = 0;
+  std::vector<std::string> fallbacks;          // the recipe's shape fallbacks
+};
+
+// Throws ridge::Error (input unreadable, output is the input, cannot write) naming the file.
+QuantizeReport quantize_model(const QuantizeOptions& options, const std::function<void(const std::string&)>& progress);
+
+// The reference quantizer of `type` over rows, threaded over rows.
+void quantize_rows_reference(DType type, const float* rows, int64_t n_rows, int64_t n_cols, uint8_t* out,
+                             int threads);
+
+}  // namespace ridge::quant
