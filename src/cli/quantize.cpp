@@ -4,13 +4,21 @@
 // and a failed run leaves no output file.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
+#include <iterator>
 #include <memory>
 #include <string>
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "model/model.h"
+#include "quant/awq.h"
+#include "quant/calibration.h"
+#include "quant/gptq_model.h"
 #include "quant/quantize.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ridge::cli {
 namespace {
@@ -19,7 +27,20 @@ struct QuantizeCliOptions {
   std::string input, output, type;
   std::string method = "rtn";
   int threads = 0;
+  std::string calib;
+  int32_t calib_windows = 16;
+  int32_t calib_ctx = 512;
+  int64_t calib_skip_tokens = 0;
+  double damp = 0.01;
+  bool act_order = false;
+  float awq_alpha = -1.0f;
 };
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str_cat(path, ": cannot open"));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
 
 std::string mib(uint64_t bytes) {
   char buf[32];
@@ -33,13 +54,61 @@ void quantize(const QuantizeCliOptions& opt) {
   o.output = opt.output;
   o.target = quant::parse_quant_target(opt.type);
   o.threads = opt.threads;
-  if (opt.method != "rtn") throw Error(str_cat("--method must be rtn, got '", opt.method, "'"));
+  if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
+    throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
   o.extra_metadata.push_back({"quantize.method", opt.method});
   std::fprintf(stderr, "quantize: %s -> %s as %s (%s)\n", o.input.c_str(), o.output.c_str(), o.target.name.c_str(),
                opt.method.c_str());
-  const quant::QuantizeReport r = quant::quantize_model(o, [](const std::string& line) {
-    std::fputs(line.c_str(), stderr);
-  });
+  auto progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
+
+  // Calibrated methods: the model runs over the calibration text. AWQ rescales matrices
+  // and norms (o.overrides); GPTQ quantizes the layer matrices itself (o.quantizer).
+  std::unique_ptr<Model> model;
+  quant::AwqResult awq;
+  quant::QuantizedMatrices gptq;
+  if (opt.method != "rtn") {
+    if (opt.calib.empty()) throw Error(str_cat("--method ", opt.method, " needs calibration text: --calib FILE"));
+    if (opt.calib_windows < 1 || opt.calib_ctx < 16)
+      throw Error(str_cat("--calib-windows must be >= 1 and --calib-ctx >= 16, got ", opt.calib_windows, " and ",
+                          opt.calib_ctx));
+    model = Model::load(o.input, {.n_threads = opt.threads, .max_batch_tokens = opt.calib_ctx});
+    const Tokenizer tok = Tokenizer::from_gguf(model->file());
+    const quant::CalibrationSet set =
+        quant::calibration_windows(tok, read_text(opt.calib), opt.calib_ctx, opt.calib_windows, opt.calib_skip_tokens);
+    std::fprintf(stderr, "quantize: calibrating on %zu windows of %d tokens of %s (from token %lld)\n",
+                 set.windows.size(), set.n_ctx, opt.calib.c_str(), static_cast<long long>(opt.calib_skip_tokens));
+    o.extra_metadata.push_back({"quantize.calibration", str_cat(opt.calib, ": ", set.windows.size(), " windows of ",
+                                                                set.n_ctx, " tokens from token ", opt.calib_skip_tokens)});
+    if (opt.method == "awq" || opt.method == "awq-gptq") {
+      quant::AwqOptions a;
+      a.fixed_alpha = opt.awq_alpha;
+      awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
+      o.overrides = &awq.tensors;
+    }
+    if (opt.method == "gptq" || opt.method == "awq-gptq") {
+      for (const auto& [name, values] : awq.tensors) {  // GPTQ runs on the rescaled model
+        const gguf::TensorInfo* t = model->file().find_tensor(name);
+        if (t->n_dims == 1)
+          model->replace_norm(name, values.data());
+        else
+          model->replace_matrix(name, DType::F32, reinterpret_cast<const uint8_t*>(values.data()));
+      }
+      quant::GptqOptions g;
+      g.damp = opt.damp;
+      g.act_order = opt.act_order;
+      gptq = quant::gptq_model(*model, model->file(), o.target, set, g, progress, &awq.tensors);
+      o.quantizer = [&](const std::string& name, DType type, const float* rows, int64_t n_rows, int64_t n_cols,
+                        uint8_t* out) {
+        const auto it = gptq.find(name);
+        if (it != gptq.end() && it->second.type == type) {
+          std::copy(it->second.bytes.begin(), it->second.bytes.end(), out);
+          return;
+        }
+        quant::quantize_rows_reference(type, rows, n_rows, n_cols, out, opt.threads);
+      };
+    }
+  }
+  const quant::QuantizeReport r = quant::quantize_model(o, progress);
   for (const std::string& note : r.fallbacks) std::fprintf(stderr, "fallback: %s\n", note.c_str());
   std::fprintf(stderr, "quantize: %d tensors (%d quantized), %s -> %s of tensor data\n", r.n_tensors, r.n_quantized,
                mib(r.input_bytes).c_str(), mib(r.output_bytes).c_str());
@@ -53,7 +122,20 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("input", opt->input, "GGUF to read (a file, or a cached model name)")->required();
   cmd->add_option("output", opt->output, "GGUF to write")->required();
   cmd->add_option("type", opt->type, "Target: " + quant::quant_target_names())->required();
-  cmd->add_option("--method", opt->method, "rtn (round to nearest)")->capture_default_str();
+  cmd->add_option("--method", opt->method,
+                  "rtn (round to nearest), gptq, awq (AWQ scales, then round to nearest) or awq-gptq; all but rtn "
+                  "need --calib")
+      ->capture_default_str();
+  cmd->add_option("--calib", opt->calib, "Calibration text (gptq, awq)");
+  cmd->add_option("--calib-windows", opt->calib_windows, "Calibration windows")->capture_default_str();
+  cmd->add_option("--calib-ctx", opt->calib_ctx, "Tokens per calibration window")->capture_default_str();
+  cmd->add_option("--calib-skip-tokens", opt->calib_skip_tokens,
+                  "Start calibrating this many tokens into the text (keep evaluation text out)")
+      ->capture_default_str();
+  cmd->add_option("--damp", opt->damp, "GPTQ dampening: fraction of the Hessian's mean diagonal")->capture_default_str();
+  cmd->add_flag("--act-order", opt->act_order, "GPTQ: quantize blocks in order of decreasing importance");
+  cmd->add_option("--awq-alpha", opt->awq_alpha, "AWQ: this alpha everywhere instead of the search (-1: search)")
+      ->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->callback([opt] { quantize(*opt); });
 }

@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 
 #include "core/error.h"
@@ -58,6 +59,48 @@ Model::Model(gguf::File file, const ModelOptions& options)
   // The block size is the KV cache's; size for the largest we allow (64).
   floats = std::max(floats, kernels::attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, 64));
   scratch_.reserve(pool_.n_threads(), floats);
+}
+
+const char* matmul_site_name(MatmulSite site) {
+  switch (site) {
+    case MatmulSite::kQkv: return "qkv";
+    case MatmulSite::kAttnOutput: return "attn_output";
+    case MatmulSite::kGateUp: return "gate_up";
+    case MatmulSite::kDown: return "down";
+  }
+  return "unknown";
+}
+
+void Model::replace_matrix(const std::string& name, DType dtype, const uint8_t* data) {
+  int layer = -1;
+  char kind[32] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight", &layer, kind) != 2 || layer < 0 || layer >= config_.n_layer)
+    throw Error(str_cat("replace_matrix: '", name, "' is not a layer matrix of this model"));
+  LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const std::string k = kind;
+  kernels::WeightMatrix* w = k == "attn_q" ? &l.wq : k == "attn_k" ? &l.wk : k == "attn_v" ? &l.wv
+                             : k == "attn_output" ? &l.wo : k == "ffn_gate" ? &l.w_gate : k == "ffn_up" ? &l.w_up
+                             : k == "ffn_down" ? &l.w_down : nullptr;
+  if (w == nullptr) throw Error(str_cat("replace_matrix: '", name, "' is not a layer matrix of this model"));
+  const kernels::WeightMatrix replaced = kernels::weight_matrix(dtype, w->n_in, w->n_out, data);
+  kernels::check_weight_matrix(replaced, name);
+  *w = replaced;
+  // The new type may need more scratch than the old (outside any step: allocation is fine).
+  scratch_.reserve_shared(kernels::matmul_shared_bytes(*w, options_.max_batch_tokens));
+  scratch_.reserve(pool_.n_threads(), kernels::matmul_scratch_floats(*w));
+}
+
+void Model::replace_norm(const std::string& name, const float* data) {
+  int layer = -1;
+  char kind[32] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight", &layer, kind) != 2 || layer < 0 || layer >= config_.n_layer)
+    throw Error(str_cat("replace_norm: '", name, "' is not a layer norm of this model"));
+  LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
+  const std::string k = kind;
+  const float** norm = k == "attn_norm" ? &l.attn_norm : k == "ffn_norm" ? &l.ffn_norm : nullptr;
+  if (norm == nullptr || *norm == nullptr || data == nullptr)
+    throw Error(str_cat("replace_norm: '", name, "' is not a layer norm of this model"));
+  *norm = data;
 }
 
 double Model::weight_bytes_per_step() const {
@@ -128,26 +171,20 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   const ModelConfig& c = config_;
   const int32_t n = b.n_tokens();
 
-  // Token embeddings, scaled (Gemma).
-  const kernels::WeightMatrix& embd = weights_.token_embd;
-  for (int32_t t = 0; t < n; ++t) {
-    float* row = x_.data() + static_cast<size_t>(t) * c.n_embd;
-    dequantize_row(embd.dtype, embd.data + static_cast<size_t>(b.tokens[t]) * embd.row_bytes, row, c.n_embd);
-    if (c.embd_scale != 1.0f) kernels::scale(row, c.n_embd, c.embd_scale);
-  }
+  embed(b, x_.data());
+  prepare_rope(b);
 
-  // This step's RoPE angles, one table per distinct layer setting.
-  for (size_t i = 0; i < rope_params_.size(); ++i)
-    kernels::rope_table(b.positions.data(), n, rope_params_[i], rope_table(static_cast<int>(i)));
-
-  for (int il = 0; il < c.n_layer; ++il) {
+  bool stopped = false;
+  for (int il = 0; il < c.n_layer && !stopped; ++il) {
     attention_layer(il, b, cache, n);
     mlp_layer(il, n);
+    stopped = observer_ != nullptr && !observer_->continue_after_layer(il);
   }
   for (const BatchSequence& s : b.sequences) {
     cache.commit(s.seq, s.n_tokens);
     cache.recycle_window(s.seq, s.n_tentative);
   }
+  if (stopped) return;
 
   // Final norm and output projection for the rows that need logits only, a slice of the
   // sink's rows at a time.
@@ -166,6 +203,35 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   }
 }
 
+void Model::embed(const Batch& b, float* x) {
+  // Token embeddings, scaled (Gemma).
+  const ModelConfig& c = config_;
+  const kernels::WeightMatrix& embd = weights_.token_embd;
+  for (int32_t t = 0; t < b.n_tokens(); ++t) {
+    float* row = x + static_cast<size_t>(t) * c.n_embd;
+    dequantize_row(embd.dtype, embd.data + static_cast<size_t>(b.tokens[t]) * embd.row_bytes, row, c.n_embd);
+    if (c.embd_scale != 1.0f) kernels::scale(row, c.n_embd, c.embd_scale);
+  }
+}
+
+void Model::prepare_rope(const Batch& b) {
+  // This step's RoPE angles, one table per distinct layer setting.
+  for (size_t i = 0; i < rope_params_.size(); ++i)
+    kernels::rope_table(b.positions.data(), b.n_tokens(), rope_params_[i], rope_table(static_cast<int>(i)));
+}
+
+void Model::forward_layer(int il, const Batch& b, KvCache& cache, float* x) {
+  validate(b, cache);
+  if (il < 0 || il >= config_.n_layer) throw Error(str_cat("forward_layer: layer ", il, " outside 0..", config_.n_layer - 1));
+  const int32_t n = b.n_tokens();
+  const size_t floats = static_cast<size_t>(n) * static_cast<size_t>(config_.n_embd);
+  std::memcpy(x_.data(), x, floats * sizeof(float));
+  prepare_rope(b);
+  attention_layer(il, b, cache, n);
+  mlp_layer(il, n);
+  std::memcpy(x, x_.data(), floats * sizeof(float));
+}
+
 void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[il];
@@ -174,6 +240,7 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   const int64_t kv_dim = int64_t{c.n_kv_head} * c.d_head;
 
   kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kQkv, h_.data(), n, c.n_embd);
   {  // one parallel region, h quantized once
     const kernels::WeightMatrix* ws[] = {&w.wq, &w.wk, &w.wv};
     float* ys[] = {q_.data(), k_.data(), v_.data()};
@@ -217,6 +284,8 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   kernels::attention(kv, std::span<const kernels::AttentionSequence>(attention_items_), c.n_head, params, pool_,
                      scratch_);
 
+  if (observer_ != nullptr)
+    observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));
   kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
   if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
   kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
@@ -227,6 +296,7 @@ void Model::mlp_layer(int il, int32_t n) {
   const LayerWeights& w = weights_.layers[il];
   const int64_t n_ff_total = int64_t{n} * c.n_ff;
   kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kGateUp, h_.data(), n, c.n_embd);
   {
     const kernels::WeightMatrix* ws[] = {&w.w_gate, &w.w_up};
     float* ys[] = {gate_.data(), up_.data()};
@@ -236,6 +306,7 @@ void Model::mlp_layer(int il, int32_t n) {
     kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
   else
     kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
+  if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
   kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
   if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
   kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);

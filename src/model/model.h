@@ -37,6 +37,26 @@ struct LogitSink {
   std::function<void(int32_t first, int32_t n, const float* logits)> on_rows;
 };
 
+// Where a layer's weight matmuls take their input: the rows all matrices of a site see.
+enum class MatmulSite {
+  kQkv,         // attn_q, attn_k, attn_v: the normed residual [n_tokens][n_embd]
+  kAttnOutput,  // attn_output: the attention output [n_tokens][n_head * d_head]
+  kGateUp,      // ffn_gate, ffn_up: the normed residual [n_tokens][n_embd]
+  kDown,        // ffn_down: the gated activation [n_tokens][n_ff]
+};
+const char* matmul_site_name(MatmulSite site);  // "qkv", "attn_output", "gate_up", "down"
+
+// Sees what a forward pass feeds each layer's weight matmuls, for calibration (importance
+// matrices, GPTQ's Hessians, AWQ's scales). Called on the thread that runs forward.
+class ForwardObserver {
+ public:
+  virtual ~ForwardObserver() = default;
+  virtual void on_matmul_input(int32_t il, MatmulSite site, const float* input, int32_t n_tokens, int32_t n_in) = 0;
+  // False stops the pass after layer il (tokens still committed, no logits): calibration
+  // for layer il needs nothing beyond it.
+  virtual bool continue_after_layer(int32_t il) { return true; }
+};
+
 struct ModelOptions {
   int n_threads = 0;              // 0: all cores
   int32_t max_batch_tokens = 512; // most tokens one forward call takes (sizes the scratch)
@@ -71,9 +91,27 @@ class Model {
   // The same, logits in slices through the sink (max_rows >= 1).
   void forward(const Batch& batch, KvCache& cache, const LogitSink& sink);
 
+  // Calibration, layer by layer (GPTQ, AWQ): the residual stream entering layer 0
+  // (x: [n_tokens][n_embd]), and one layer run on a given stream (updated in place), as
+  // forward runs it between its neighbours. forward_layer writes the layer's K/V into the
+  // cache (the sequences reserved as for forward) and commits nothing.
+  void embed(const Batch& batch, float* x);
+  void forward_layer(int il, const Batch& batch, KvCache& cache, float* x);
+
+  // Calibration: the observer sees every pass until set back to null.
+  void set_observer(ForwardObserver* observer) { observer_ = observer; }
+  // Calibration: the named layer matrix ("blk.3.ffn_down.weight") reads these weights from
+  // now on: [n_out][row_size(dtype, n_in)] bytes the caller keeps alive. Throws ridge::Error
+  // for an unknown name or a type matmul cannot use.
+  void replace_matrix(const std::string& name, DType dtype, const uint8_t* data);
+  // Calibration: the named layer norm ("blk.3.attn_norm.weight", [n_embd] floats the caller
+  // keeps alive) reads these values from now on (AWQ folds its scales into them).
+  void replace_norm(const std::string& name, const float* data);
+
  private:
   Model(gguf::File file, const ModelOptions& options);
   void validate(const Batch& batch, const KvCache& cache) const;
+  void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
   void mlp_layer(int il, int32_t n_tokens);
   float* rope_table(int index) {
@@ -84,6 +122,7 @@ class Model {
   ModelOptions options_;
   ModelConfig config_;
   ModelWeights weights_;
+  ForwardObserver* observer_ = nullptr;
   std::unique_ptr<ThreadPool> owned_pool_;  // unless ModelOptions::pool was given
   ThreadPool& pool_;
   kernels::Scratch scratch_;

@@ -71,22 +71,45 @@ QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void
     report.input_bytes += t.nbytes;
     ++report.n_tensors;
     if (!choice.fallback_note.empty()) report.fallbacks.push_back(choice.fallback_note);
-    if (!choice.quantized || choice.type == t.dtype) {
+    const std::vector<float>* override_values = nullptr;
+    if (o.overrides != nullptr) {
+      const auto it = o.overrides->find(t.name);
+      if (it != o.overrides->end()) {
+        if (static_cast<int64_t>(it->second.size()) != t.n_elements())
+          throw Error(str_cat("quantize: ", t.name, ": ", it->second.size(), " values replace ", t.n_elements()));
+        override_values = &it->second;
+      }
+    }
+    if (override_values != nullptr && !choice.quantized) {  // a norm or bias: in its own type
+      bytes.resize(t.nbytes);
+      const int64_t n_cols = t.ne[0];
+      for (int64_t r = 0; r < t.n_elements() / n_cols; ++r)
+        quantize_row(t.dtype, override_values->data() + r * n_cols, bytes.data() + static_cast<size_t>(r) * row_size(t.dtype, n_cols), n_cols);
+      out.add_tensor(t.name, t.dtype, dims, bytes);
+      report.output_bytes += t.nbytes;
+      progress(str_cat("[", i + 1, "/", n, "] ", t.name, " ", shape(t), " ", dtype_name(t.dtype), " (rescaled)\n"));
+      continue;
+    }
+    if (override_values == nullptr && (!choice.quantized || choice.type == t.dtype)) {
       out.add_tensor(t.name, t.dtype, dims, std::span<const uint8_t>(t.data, t.nbytes));
       report.output_bytes += t.nbytes;
       progress(str_cat("[", i + 1, "/", n, "] ", t.name, " ", shape(t), " ", dtype_name(t.dtype), " (kept)\n"));
       continue;
     }
-    if (type_traits(t.dtype).to_float == nullptr)
+    if (override_values == nullptr && type_traits(t.dtype).to_float == nullptr)
       throw Error(str_cat("quantize: ", t.name, " is ", dtype_name(t.dtype), ", which ridge cannot dequantize"));
     const int64_t n_cols = t.ne[0];
     const int64_t n_rows = t.n_elements() / n_cols;
     f32.resize(static_cast<size_t>(t.n_elements()));
-    const size_t in_row = row_size(t.dtype, n_cols);
-    pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
-      for (int64_t r = begin; r < end; ++r)
-        dequantize_row(t.dtype, t.data + static_cast<size_t>(r) * in_row, f32.data() + r * n_cols, n_cols);
-    });
+    if (override_values != nullptr) {
+      std::copy(override_values->begin(), override_values->end(), f32.begin());
+    } else {
+      const size_t in_row = row_size(t.dtype, n_cols);
+      pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) {
+        for (int64_t r = begin; r < end; ++r)
+          dequantize_row(t.dtype, t.data + static_cast<size_t>(r) * in_row, f32.data() + r * n_cols, n_cols);
+      });
+    }
     const size_t out_bytes = row_size(choice.type, n_cols) * static_cast<size_t>(n_rows);
     bytes.resize(out_bytes);
     if (o.quantizer)

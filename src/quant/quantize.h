@@ -10,6 +10,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct QuantizeOptions {
   QuantTarget target;
   int threads = 0;                  // 0: all cores
   MatrixQuantizer quantizer;        // null: the reference quantizer of each type
+  // f32 values to use instead of the file's (AWQ's scaled matrices and norms): matrices
+  // are quantized from these, other tensors written from them in their own type.
+  const std::map<std::string, std::vector<float>>* overrides = nullptr;
   std::vector<std::pair<std::string, std::string>> extra_metadata;  // string keys to add (method, imatrix)
 };
 

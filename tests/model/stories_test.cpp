@@ -238,5 +238,53 @@ TEST(Stories260K, MissingTensorIsNamed) {
   }
 }
 
+// Calibration runs layer by layer over stored residual streams (GPTQ, AWQ); what each
+// layer's matmuls see must be what the whole forward pass feeds them, to the bit.
+class RecordingObserver : public ForwardObserver {
+ public:
+  void on_matmul_input(int32_t il, MatmulSite site, const float* x, int32_t n, int32_t n_in) override {
+    seen.push_back({il, site, std::vector<float>(x, x + static_cast<size_t>(n) * n_in)});
+  }
+  struct Record {
+    int32_t il;
+    MatmulSite site;
+    std::vector<float> input;
+  };
+  std::vector<Record> seen;
+};
+
+TEST(StoriesModel, LayerByLayerRunsSeeWhatTheForwardPassSees) {
+  Fixture f;
+  const std::vector<int32_t> tokens = read_greedy_sequence();
+  ASSERT_GE(tokens.size(), 40u);
+  const std::vector<int32_t> window(tokens.begin(), tokens.begin() + 40);
+  RecordingObserver whole;
+  f.model->set_observer(&whole);
+  f.feed(0, window);
+  f.model->set_observer(nullptr);
+
+  RecordingObserver layered;
+  Batch b;
+  b.add_sequence(1, 0, window, LogitRows::kNone);
+  std::vector<float> x(window.size() * static_cast<size_t>(f.model->config().n_embd));
+  f.model->embed(b, x.data());
+  f.model->set_observer(&layered);
+  for (int il = 0; il < f.model->config().n_layer; ++il) {
+    f.cache.add_sequence(1);
+    ASSERT_TRUE(f.cache.reserve(1, static_cast<int32_t>(window.size())));
+    f.model->forward_layer(il, b, f.cache, x.data());
+    f.cache.free_sequence(1);
+  }
+  f.model->set_observer(nullptr);
+  ASSERT_EQ(layered.seen.size(), whole.seen.size());
+  ASSERT_EQ(whole.seen.size(), 4u * static_cast<size_t>(f.model->config().n_layer));
+  for (size_t i = 0; i < whole.seen.size(); ++i) {
+    EXPECT_EQ(layered.seen[i].il, whole.seen[i].il);
+    EXPECT_EQ(layered.seen[i].site, whole.seen[i].site);
+    EXPECT_EQ(layered.seen[i].input, whole.seen[i].input) << "layer " << whole.seen[i].il << " "
+                                                          << matmul_site_name(whole.seen[i].site);
+  }
+}
+
 }  // namespace
 }  // namespace ridge

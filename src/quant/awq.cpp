@@ -1,0 +1,197 @@
+#include "quant/awq.h"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+
+#include "core/error.h"
+#include "core/quant.h"
+#include "core/thread_pool.h"
+#include "quant/gptq_model.h"
+#include "quant/quantize.h"
+
+namespace ridge::quant {
+namespace {
+
+// Per layer and site: mean |x| per input channel, and the first tokens' rows.
+class AwqObserver : public ForwardObserver {
+ public:
+  struct Site {
+    int32_t n_in = 0;
+    int64_t count = 0;
+    std::vector<double> abs_sum;  // [n_in]
+    std::vector<float> sample;    // [<= sample_tokens][n_in]
+  };
+
+  // stride: every stride-th token goes to the sample, so it spans the calibration set.
+  AwqObserver(int32_t n_layer, int32_t sample_tokens, int64_t stride)
+      : sites_(static_cast<size_t>(n_layer)), sample_tokens_(sample_tokens), stride_(std::max<int64_t>(stride, 1)) {}
+
+  void on_matmul_input(int32_t il, MatmulSite site, const float* x, int32_t n, int32_t n_in) override {
+    Site& s = sites_[static_cast<size_t>(il)][static_cast<size_t>(site)];
+    if (s.n_in == 0) {
+      s.n_in = n_in;
+      s.abs_sum.assign(static_cast<size_t>(n_in), 0.0);
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      const float* row = x + static_cast<size_t>(t) * n_in;
+      for (int32_t j = 0; j < n_in; ++j) s.abs_sum[static_cast<size_t>(j)] += std::fabs(row[j]);
+      if ((s.count + t) % stride_ == 0 && static_cast<int64_t>(s.sample.size()) / n_in < sample_tokens_)
+        s.sample.insert(s.sample.end(), row, row + n_in);
+    }
+    s.count += n;
+  }
+  const Site& at(int32_t il, MatmulSite site) const { return sites_[static_cast<size_t>(il)][static_cast<size_t>(site)]; }
+
+ private:
+  std::vector<std::array<Site, 4>> sites_;
+  int32_t sample_tokens_;
+  int64_t stride_;
+};
+
+struct Matrix {
+  std::string name;
+  DType type;
+  std::vector<float>* w;  // [rows][cols]
+  int64_t rows, cols;
+};
+
+// sum ||X W^T - X Weff^T||^2 over the group for scales s, with each matrix rounded to
+// nearest in its type.
+double group_error(const std::vector<Matrix>& group, const std::vector<float>& s, const AwqObserver::Site& site,
+                   int64_t tokens, const std::vector<std::vector<float>>& reference) {
+  const std::vector<float>& x = site.sample;
+  double err = 0;
+  for (size_t m = 0; m < group.size(); ++m) {
+    const Matrix& g = group[m];
+    std::vector<float> scaled(static_cast<size_t>(g.rows * g.cols));
+    for (int64_t r = 0; r < g.rows; ++r)
+      for (int64_t c = 0; c < g.cols; ++c)
+        scaled[static_cast<size_t>(r * g.cols + c)] = (*g.w)[static_cast<size_t>(r * g.cols + c)] * s[static_cast<size_t>(c)];
+    std::vector<uint8_t> q(row_size(g.type, g.cols) * static_cast<size_t>(g.rows));
+    quantize_rows_reference(g.type, scaled.data(), g.rows, g.cols, q.data(), 0);
+    for (int64_t r = 0; r < g.rows; ++r) {
+      float* row = scaled.data() + r * g.cols;
+      dequantize_row(g.type, q.data() + static_cast<size_t>(r) * row_size(g.type, g.cols), row, g.cols);
+      for (int64_t c = 0; c < g.cols; ++c) row[c] /= s[static_cast<size_t>(c)];
+    }
+    std::vector<float> y(static_cast<size_t>(tokens * g.rows));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(g.rows),
+                static_cast<int>(g.cols), 1.0f, x.data(), static_cast<int>(g.cols), scaled.data(), static_cast<int>(g.cols),
+                0.0f, y.data(), static_cast<int>(g.rows));
+    for (size_t i = 0; i < y.size(); ++i) {
+      const double d = static_cast<double>(y[i]) - reference[m][i];
+      err += d * d;
+    }
+  }
+  return err;
+}
+
+// The alpha (and its scales) with the least output error on the sample.
+float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, int32_t grid, float fixed_alpha,
+                    std::vector<float>& best_s, double* err_plain, double* err_best) {
+  const int64_t tokens = static_cast<int64_t>(site.sample.size()) / site.n_in;
+  std::vector<std::vector<float>> reference;
+  for (const Matrix& g : group) {
+    reference.emplace_back(static_cast<size_t>(tokens * g.rows));
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, static_cast<int>(tokens), static_cast<int>(g.rows),
+                static_cast<int>(g.cols), 1.0f, site.sample.data(), static_cast<int>(g.cols), g.w->data(),
+                static_cast<int>(g.cols), 0.0f, reference.back().data(), static_cast<int>(g.rows));
+  }
+  std::vector<float> mean(static_cast<size_t>(site.n_in));
+  for (int32_t j = 0; j < site.n_in; ++j)
+    mean[static_cast<size_t>(j)] = static_cast<float>(std::max(site.abs_sum[static_cast<size_t>(j)] / static_cast<double>(site.count), 1e-5));
+  float best_alpha = 0;
+  *err_best = INFINITY;
+  std::vector<float> s(static_cast<size_t>(site.n_in));
+  const int32_t n_candidates = fixed_alpha >= 0 ? 1 : grid;
+  for (int32_t k = 0; k < n_candidates; ++k) {
+    const float alpha = fixed_alpha >= 0 ? fixed_alpha : static_cast<float>(k) / static_cast<float>(grid);
+    float lo = INFINITY, hi = 0;
+    for (size_t j = 0; j < s.size(); ++j) {
+      s[j] = std::pow(mean[j], alpha);
+      lo = std::min(lo, s[j]);
+      hi = std::max(hi, s[j]);
+    }
+    const float norm = 1.0f / std::sqrt(lo * hi);
+    for (float& v : s) v *= norm;
+    const double err = group_error(group, s, site, tokens, reference);
+    if (k == 0) *err_plain = err;
+    if (err < *err_best) {
+      *err_best = err;
+      best_alpha = alpha;
+      best_s = s;
+    }
+  }
+  return best_alpha;
+}
+
+}  // namespace
+
+AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& target, const CalibrationSet& set,
+                    const AwqOptions& o, const std::function<void(const std::string&)>& progress) {
+  const ModelConfig& c = model.config();
+  auto observer = std::make_unique<AwqObserver>(c.n_layer, o.sample_tokens, set.n_tokens() / std::max(o.sample_tokens, 1));
+  run_whole(model, set, *observer);
+  const RecipeState state = recipe_state(file);
+  AwqResult result;
+  auto f32 = [&](const std::string& name) -> std::vector<float>& {
+    auto it = result.tensors.find(name);
+    if (it != result.tensors.end()) return it->second;
+    const gguf::TensorInfo* t = file.find_tensor(name);
+    if (t == nullptr) throw Error(str_cat("awq: ", name, " is missing"));
+    return result.tensors[name] = tensor_as_f32(*t);
+  };
+  auto matrix = [&](int32_t il, const char* kind) {
+    const std::string name = str_cat("blk.", il, ".", kind, ".weight");
+    std::vector<float>& w = f32(name);
+    const gguf::TensorInfo& t = *file.find_tensor(name);
+    const TensorChoice choice = choose_tensor_type(target, state, t);
+    return Matrix{name, choice.quantized ? choice.type : DType::F32, &w, t.n_elements() / t.ne[0], t.ne[0]};
+  };
+  for (int32_t il = 0; il < c.n_layer; ++il) {
+    struct Group {
+      MatmulSite site;
+      std::vector<const char*> matrices;
+    };
+    std::vector<Group> groups = {{MatmulSite::kQkv, {"attn_q", "attn_k", "attn_v"}},
+                                 {MatmulSite::kGateUp, {"ffn_gate", "ffn_up"}},
+                                 {MatmulSite::kDown, {"ffn_down"}}};
+    const bool mha = c.n_head == c.n_kv_head && file.find_tensor(str_cat("blk.", il, ".attn_v.bias")) == nullptr;
+    if (mha) groups.push_back({MatmulSite::kAttnOutput, {"attn_output"}});
+    for (const Group& g : groups) {
+      const AwqObserver::Site& site = observer->at(il, g.site);
+      if (site.count == 0) throw Error(str_cat("awq: no inputs observed at layer ", il, " ", matmul_site_name(g.site)));
+      std::vector<Matrix> mats;
+      for (const char* kind : g.matrices) mats.push_back(matrix(il, kind));
+      std::vector<float> s;
+      double err_plain = 0, err_best = 0;
+      const float alpha = search_scales(mats, site, o.grid, o.fixed_alpha, s, &err_plain, &err_best);
+      result.alphas[mats[0].name] = alpha;
+
+      // Fold: the group's columns times s, the operation before it divided by s.
+      for (Matrix& m : mats)
+        for (int64_t r = 0; r < m.rows; ++r)
+          for (int64_t col = 0; col < m.cols; ++col) (*m.w)[static_cast<size_t>(r * m.cols + col)] *= s[static_cast<size_t>(col)];
+      if (g.site == MatmulSite::kQkv || g.site == MatmulSite::kGateUp) {
+        std::vector<float>& norm = f32(str_cat("blk.", il, g.site == MatmulSite::kQkv ? ".attn_norm" : ".ffn_norm", ".weight"));
+        for (size_t j = 0; j < norm.size(); ++j) norm[j] /= s[j];
+      } else {  // rows of the matrix that produces the input: up for down, v for the attention output
+        const Matrix before = matrix(il, g.site == MatmulSite::kDown ? "ffn_up" : "attn_v");
+        for (int64_t r = 0; r < before.rows; ++r)
+          for (int64_t col = 0; col < before.cols; ++col) (*before.w)[static_cast<size_t>(r * before.cols + col)] /= s[static_cast<size_t>(r)];
+      }
+      char line[256];
+      std::snprintf(line, sizeof line, "awq: blk.%d %-11s alpha %.2f: sample output error %.4g -> %.4g\n", il,
+                    matmul_site_name(g.site), alpha, err_plain, err_best);
+      progress(line);
+    }
+  }
+  return result;
+}
+
+}  // namespace ridge::quant
