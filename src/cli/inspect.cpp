@@ -1,5 +1,7 @@
 // `ridge inspect MODEL`: what a GGUF file holds — metadata, the tensor table, parameter
-// count and bytes per parameter — as text or, with --json, as one JSON object.
+// count and bytes per parameter — and what ridge makes of it (the family, whether every
+// tensor is accounted for, the RoPE scaling, or why it cannot run it), as text or, with
+// --json, as one JSON object.
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
@@ -12,6 +14,8 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "gguf/gguf.h"
+#include "model/config.h"
+#include "model/weights.h"
 
 namespace ridge::cli {
 namespace {
@@ -21,6 +25,40 @@ struct InspectOptions {
   bool json = false;
   bool all_values = false;  // print arrays in full
 };
+
+// What ridge makes of the file: its model family's reading of the metadata and tensors.
+struct Verdict {
+  bool runs = false;
+  std::string family;  // the architecture as ridge runs it
+  std::string rope;    // layout, base and scaling
+  std::string error;   // why ridge cannot run the file
+};
+
+Verdict verdict(const gguf::File& f) {
+  Verdict v;
+  try {
+    const ModelConfig c = ModelConfig::from_gguf(f);
+    const ModelWeights w = ModelWeights::load(f, c);  // zero-copy views; refuses unused tensors
+    v.runs = true;
+    v.family = c.summary();
+    v.rope = str_cat(c.rope_mode == kernels::RopeMode::Neox ? "neox" : "adjacent pairs", ", ", c.n_rot, " dims");
+    // The global (full-attention) layers' RoPE: windowed layers may keep an unscaled one.
+    const LayerConfig* g = &c.layers.front();
+    for (const LayerConfig& l : c.layers)
+      if (l.window == 0) g = &l;
+    v.rope += str_cat(", base ", g->rope_base);
+    if (g->yarn)
+      v.rope += str_cat(", YaRN x", 1.0f / g->rope_scale, " (ramp over pairs ", g->yarn_low, "..", g->yarn_high,
+                        ", attention factor ", g->rope_mscale, ")");
+    else if (g->rope_scale != 1.0f)
+      v.rope += str_cat(", linear scaling x", 1.0f / g->rope_scale);
+    if (w.rope_freqs != nullptr) v.rope += ", llama3 frequency factors (rope_freqs.weight)";
+    if (g->rope_scale == 1.0f && w.rope_freqs == nullptr) v.rope += ", no scaling";
+  } catch (const Error& e) {
+    v.error = e.what();
+  }
+  return v;
+}
 
 nlohmann::json value_to_json(const gguf::Value& v, size_t max_items) {
   using gguf::ValueType;
@@ -98,6 +136,10 @@ void print_json(const gguf::File& f, const InspectOptions& opt) {
       {"bytes_per_param", t.params ? static_cast<double>(t.bytes) / t.params : 0.0},
       {"types", by_type},
   };
+  const Verdict v = verdict(f);
+  out["ridge"] = v.runs ? nlohmann::json{{"runs", true}, {"model", v.family}, {"rope", v.rope},
+                                         {"tensors", "all used"}}
+                        : nlohmann::json{{"runs", false}, {"error", v.error}};
   std::cout << out.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
 }
 
@@ -141,6 +183,11 @@ void print_text(const gguf::File& f, const InspectOptions& opt) {
   std::printf("\n");
   for (const auto& [name, nb] : t.by_type)
     std::printf("  %-8s %4d tensors  %s\n", name.c_str(), nb.first, human_bytes(static_cast<double>(nb.second)).c_str());
+  const Verdict v = verdict(f);
+  if (v.runs)
+    std::printf("\nridge: %s\n  every tensor is used\n  rope: %s\n", v.family.c_str(), v.rope.c_str());
+  else
+    std::printf("\nridge cannot run this file: %s\n", v.error.c_str());
 }
 
 }  // namespace

@@ -21,6 +21,26 @@ int32_t get_i32(const gguf::File& f, const std::string& key, int32_t fallback) {
   return f.has(key) ? get_i32(f, key) : fallback;
 }
 
+// Metadata that changes what a model computes. A family that does not read one of these
+// refuses a file that has it: running without it would be silently wrong.
+constexpr std::string_view kComputationKeys[] = {
+    "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", "expert_count",
+    "expert_used_count", "expert_shared_count", "expert_weights_scale", "expert_weights_norm",
+    "expert_gating_func", "attention.scale", "logit_scale", "embedding_scale", "residual_scale",
+    "attention.q_lora_rank", "attention.kv_lora_rank", "rope.scaling.yarn_log_multiplier"};
+
+void refuse_unread_keys(const gguf::File& f, const std::string& prefix, const FamilyTraits& family) {
+  for (std::string_view key : kComputationKeys) {
+    if (!f.has(str_cat(prefix, key))) continue;
+    bool read = false;
+    for (std::string_view r : family.reads) read = read || r == key;
+    if (!read)
+      throw Error(str_cat(f.name(), ": ", prefix, key, " is set, and ridge's ", family.arch,
+                          " model does not implement it; refusing to run without it",
+                          key.starts_with("expert") ? " (mixture of experts is not supported yet)" : ""));
+  }
+}
+
 }  // namespace
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
@@ -63,15 +83,36 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
 
   float rope_base = static_cast<float>(f.get_f64(p + "rope.freq_base", 10000.0));
   float rope_scale = 1.0f;
+  LayerConfig global{0, rope_base, 1.0f};
   std::string scaling = f.get_string(p + "rope.scaling.type", "none");
-  if (scaling == "linear") {
+  if (scaling == "linear" || scaling == "yarn") {
     double factor = f.get_f64(p + "rope.scaling.factor", 1.0);
     if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, "rope.scaling.factor must be > 0"));
     rope_scale = static_cast<float>(1.0 / factor);
+    global.rope_scale = rope_scale;
   } else if (scaling != "none") {
-    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.type '", scaling, "' is not supported (none, linear)"));
+    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.type '", scaling, "' is not supported (none, linear, yarn)"));
   }
-  c.layers.assign(c.n_layer, LayerConfig{0, rope_base, rope_scale});
+  if (scaling == "yarn" && rope_scale != 1.0f) {
+    // ggml's defaults; llama.cpp's converter writes the original context it needs.
+    const int64_t n_ctx_orig = f.get_i64(p + "rope.scaling.original_context_length", 0);
+    if (n_ctx_orig <= 0)
+      throw Error(str_cat(f.name(), ": ", p, "rope.scaling.type is yarn but ", p,
+                          "rope.scaling.original_context_length is missing"));
+    const float beta_fast = static_cast<float>(f.get_f64(p + "rope.scaling.yarn_beta_fast", 32.0));
+    const float beta_slow = static_cast<float>(f.get_f64(p + "rope.scaling.yarn_beta_slow", 1.0));
+    float dims[2];
+    kernels::yarn_corr_dims(c.n_rot, n_ctx_orig, rope_base, beta_fast, beta_slow, dims);
+    global.yarn = true;
+    global.yarn_low = dims[0];
+    global.yarn_high = dims[1];
+    global.rope_mscale = 1.0f + 0.1f * std::log(1.0f / rope_scale);
+  }
+  const double attn_factor = f.get_f64(p + "rope.scaling.attn_factor", 1.0);
+  if (attn_factor != 1.0)
+    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.attn_factor ", attn_factor, " is not supported (only 1)"));
+  refuse_unread_keys(f, p, *family);
+  c.layers.assign(c.n_layer, global);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_head));
   family->configure(f, c);
   return c;

@@ -25,6 +25,10 @@ struct LayerConfig {
   int32_t window = 0;        // sliding window in tokens; 0 = global attention
   float rope_base = 10000.0f;
   float rope_scale = 1.0f;   // freq_scale = 1 / linear scaling factor
+  // YaRN (rope.scaling.type yarn): kernels::RopeParams' ramp and attention factor.
+  bool yarn = false;
+  float yarn_low = 0.0f, yarn_high = 0.0f;
+  float rope_mscale = 1.0f;
 };
 
 struct ModelConfig {

@@ -2,6 +2,7 @@
 // architecture adds and sets the traits that differ from a plain Llama.
 #pragma once
 
+#include <span>
 #include <string_view>
 
 #include "model/config.h"
@@ -12,6 +13,9 @@ struct FamilyTraits {
   std::string_view arch;
   // Called after the common hyper-parameters are read; sets the family's traits.
   void (*configure)(const gguf::File& file, ModelConfig& config);
+  // Of the metadata that changes what a model computes (kComputationKeys in config.cpp),
+  // the keys, without the "<arch>." prefix, this family reads; the others are refused.
+  std::span<const std::string_view> reads = {};
 };
 
 const FamilyTraits* find_family(std::string_view arch);

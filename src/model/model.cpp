@@ -38,11 +38,9 @@ Model::Model(gguf::File file, const ModelOptions& options)
   final_.resize(t * c.n_embd);
   attention_items_.reserve(t);
   for (const LayerConfig& l : c.layers) {
-    const kernels::RopeParams p{c.rope_mode, c.n_rot, l.rope_base, l.rope_scale};
-    auto same = [&](const kernels::RopeParams& q) {
-      return q.freq_base == p.freq_base && q.freq_scale == p.freq_scale;
-    };
-    const auto found = std::find_if(rope_params_.begin(), rope_params_.end(), same);
+    const kernels::RopeParams p{c.rope_mode, c.n_rot,        l.rope_base, l.rope_scale, weights_.rope_freqs,
+                                l.yarn,      l.yarn_low,     l.yarn_high, l.rope_mscale};
+    const auto found = std::find(rope_params_.begin(), rope_params_.end(), p);
     layer_rope_.push_back(static_cast<int>(found - rope_params_.begin()));
     if (found == rope_params_.end()) rope_params_.push_back(p);
   }

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <set>
 #include <string>
 
 #include "core/error.h"
@@ -22,6 +23,7 @@ class Loader {
   const gguf::TensorInfo& tensor(const std::string& name, std::initializer_list<int64_t> dims) {
     const gguf::TensorInfo* t = f_.find_tensor(name);
     if (t == nullptr) throw Error(str_cat(f_.name(), ": tensor '", name, "' is missing"));
+    used_.insert(name);
     bool ok = t->n_dims == static_cast<int>(dims.size());
     int d = 0;
     for (int64_t want : dims) ok = ok && t->ne[d++] == want;
@@ -50,9 +52,19 @@ class Loader {
 
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
 
+  // Every tensor of the file must have been used: a tensor nothing reads means a variant
+  // this code does not implement, and computing without it would be silently wrong.
+  void check_all_used(const std::string& arch) const {
+    for (const gguf::TensorInfo& t : f_.tensors())
+      if (used_.count(t.name) == 0)
+        throw Error(str_cat(f_.name(), ": tensor '", t.name, "' ", t.shape_string(), " is not used by ridge's ", arch,
+                            " model; refusing to run without it (an unsupported variant of the architecture?)"));
+  }
+
  private:
   const gguf::File& f_;
   std::vector<std::vector<float>>& owned_;
+  std::set<std::string> used_;
 };
 
 }  // namespace
@@ -65,6 +77,7 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
   w.token_embd = ld.matrix("token_embd.weight", c.n_embd, c.n_vocab);
   w.output_norm = ld.vector("output_norm.weight", c.n_embd);
   w.output = ld.has("output.weight") ? ld.matrix("output.weight", c.n_embd, c.n_vocab) : w.token_embd;
+  if (ld.has("rope_freqs.weight")) w.rope_freqs = ld.vector("rope_freqs.weight", c.n_rot / 2);
   w.layers.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = w.layers[il];
@@ -90,6 +103,7 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
     l.w_down = ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
     if (c.sandwich_norm) l.post_ffn_norm = ld.vector(p + "post_ffw_norm.weight", c.n_embd);
   }
+  ld.check_all_used(c.arch);
   return w;
 }
 

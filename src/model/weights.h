@@ -35,10 +35,12 @@ struct ModelWeights {
   kernels::WeightMatrix token_embd;  // [n_vocab][n_embd]
   const float* output_norm = nullptr;  // [n_embd]
   kernels::WeightMatrix output;      // [n_vocab][n_embd]; token_embd when tied
+  const float* rope_freqs = nullptr; // [n_rot / 2] Llama 3.x frequency divisors, when present
   std::vector<LayerWeights> layers;  // [n_layer]
 
-  // Throws ridge::Error naming the tensor: missing, wrong shape, or a type the kernels
-  // cannot read.
+  // Throws ridge::Error naming the tensor: missing, wrong shape, a type the kernels cannot
+  // read, or present in the file but used by nothing (an unsupported variant would
+  // otherwise run silently without it).
   static ModelWeights load(const gguf::File& file, const ModelConfig& config);
 
  private:

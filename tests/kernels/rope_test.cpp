@@ -1,5 +1,5 @@
 // RoPE in both layouts against the direct formula in double, partial rotary dims,
-// linear scaling, and identity at position 0.
+// linear scaling, YaRN, and identity at position 0.
 #include "kernels/rope.h"
 
 #include <gtest/gtest.h>
@@ -130,6 +130,40 @@ TEST(Rope, TableThenApplyEqualsRope) {
       EXPECT_EQ(two_step, direct) << "mode " << int(c.mode) << " n_rot " << c.n_rot << " stride " << stride;
     }
   }
+}
+
+// YaRN on Qwen2.5's shape (128 dims, base 1e6, factor 4 over 32768 positions): ggml's ramp
+// bounds, and the kernel (fast table path and direct rope) equal to the reference formula.
+TEST(Rope, YarnRampAndAttentionFactor) {
+  float dims[2];
+  yarn_corr_dims(128, 32768, 1000000.0f, 32.0f, 1.0f, dims);
+  // 128 ln(32768 / (32 * 2 pi)) / (2 ln 1e6) = 23.6 (floor 23); with 1 rotation 39.65 (ceil 40).
+  EXPECT_EQ(dims[0], 23.0f);
+  EXPECT_EQ(dims[1], 40.0f);
+  RopeParams p{RopeMode::Neox, 128, 1000000.0f, 0.25f};
+  p.yarn = true;
+  p.yarn_low = dims[0];
+  p.yarn_high = dims[1];
+  p.mscale = 1.0f + 0.1f * std::log(4.0f);
+  const int64_t n_tokens = 4, n_head = 2;
+  const std::vector<int32_t> pos = {0, 5, 40000, 131071};
+  const auto x0 = random_floats(n_tokens * n_head * 128, 7);
+  auto got = x0, ref = x0, tabled = x0;
+  rope(got.data(), pos.data(), n_tokens, n_head, 128, p);
+  rope_reference(ref.data(), pos.data(), n_tokens, n_head, 128, p);
+  std::vector<float> table(rope_table_floats(n_tokens, p));
+  rope_table(pos.data(), n_tokens, p, table.data());
+  rope_apply(tabled.data(), table.data(), n_tokens, n_head, 128, p);
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_TRUE(close(got[i], ref[i])) << i << ": " << got[i] << " vs " << ref[i];
+    ASSERT_EQ(got[i], tabled[i]) << i;
+  }
+  // Position 0 is no rotation, only the attention factor.
+  for (int64_t d = 0; d < 128; ++d) EXPECT_FLOAT_EQ(got[d], p.mscale * x0[d]);
+  // The highest-frequency pair (i < low) turns as without scaling at all.
+  const double theta = 5.0;  // pair 0 at position 5: base^0 = 1
+  const size_t at = static_cast<size_t>(1 * n_head * 128);
+  EXPECT_NEAR(got[at], p.mscale * (x0[at] * std::cos(theta) - x0[at + 64] * std::sin(theta)), 1e-5);
 }
 
 TEST(Rope, RejectsBadRotaryDims) {

@@ -98,6 +98,7 @@ class HParams:
     attn_softcap: float = 0.0
     qk_norm: bool = False
     post_norms: bool = False  # gemma3 sandwich norms
+    yarn: tuple | None = None  # (original context, beta_fast, beta_slow) when rope scaling is YaRN
     gelu_ffn: bool = False    # GeGLU (tanh GELU) instead of SwiGLU
 
 
@@ -142,7 +143,7 @@ def _read_hparams(md: _Metadata) -> HParams:
     tokens_field = md.reader.fields.get("tokenizer.ggml.tokens")
 
     scaling_type = md.get(a + "rope.scaling.type", "linear")
-    if scaling_type not in ("none", "linear"):
+    if scaling_type not in ("none", "linear", "yarn"):
         raise ReferenceModelError(f"{md.path}: rope scaling type '{scaling_type}' not supported")
     factor = md.get(a + "rope.scaling.factor")
     if factor is None:
@@ -168,6 +169,9 @@ def _read_hparams(md: _Metadata) -> HParams:
         attn_scale=1.0 / math.sqrt(d_head),
         final_softcap=float(md.get(a + "final_logit_softcapping", 0.0) or 0.0),
         attn_softcap=float(md.get(a + "attn_logit_softcapping", 0.0) or 0.0),
+        yarn=((md.scalar_int(a + "rope.scaling.original_context_length"),
+               float(md.get(a + "rope.scaling.yarn_beta_fast", 32.0)), float(md.get(a + "rope.scaling.yarn_beta_slow", 1.0)))
+              if scaling_type == "yarn" and rope_scale != 1.0 else None),
     )
 
     if arch == "gemma3":
@@ -277,16 +281,41 @@ def _silu(x: np.ndarray) -> np.ndarray:
     return x / (1.0 + np.exp(-x))
 
 
+def _yarn_inv_freq(inv_freq: np.ndarray, n_rot: int, base: float, scale: float, yarn: tuple):
+    """YaRN's "NTK-by-parts" frequencies as Hugging Face transformers defines them for
+    rope_type "yarn": the dims whose wavelength turns more than beta_fast times over the
+    original context keep their frequency, those under beta_slow are divided by the
+    factor, a linear ramp over the dim index between (bounds floored/ceiled); cos and sin
+    are scaled by 0.1 ln(factor) + 1. Returns (inv_freq, mscale)."""
+    n_ctx_orig, beta_fast, beta_slow = yarn
+    factor = 1.0 / scale
+
+    def correction_dim(n_rotations):
+        return n_rot * math.log(n_ctx_orig / (n_rotations * 2 * math.pi)) / (2 * math.log(base))
+    low = max(math.floor(correction_dim(beta_fast)), 0)
+    high = min(math.ceil(correction_dim(beta_slow)), n_rot - 1)
+    if low == high:
+        high += 0.001
+    ramp = np.clip((np.arange(n_rot // 2, dtype=np.float64) - low) / (high - low), 0, 1)
+    extrapolation = 1 - ramp
+    mixed = (inv_freq / factor) * (1 - extrapolation) + inv_freq * extrapolation
+    return mixed, 0.1 * math.log(factor) + 1.0
+
+
 def _rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, scale: float,
-          neox: bool, freq_factors: np.ndarray | None) -> np.ndarray:
+          neox: bool, freq_factors: np.ndarray | None, yarn: tuple | None = None) -> np.ndarray:
     """x [n, heads, d]; rotates the first n_rot dims of each head by angle pos*scale*theta_i."""
     half = n_rot // 2
     inv_freq = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
+    mscale = 1.0
+    if yarn is not None:
+        inv_freq, mscale = _yarn_inv_freq(inv_freq, n_rot, base, scale, yarn)
+        scale = 1.0
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors[:half]
     angle = (pos.astype(np.float64) * scale)[:, None] * inv_freq[None, :]   # [n, half]
-    cos = np.cos(angle)[:, None, :]
-    sin = np.sin(angle)[:, None, :]
+    cos = mscale * np.cos(angle)[:, None, :]
+    sin = mscale * np.sin(angle)[:, None, :]
     out = x.copy()
     if neox:
         x0, x1 = x[..., :half], x[..., half:n_rot]
@@ -409,8 +438,9 @@ class Model:
         swa = hp.swa_layers[il]
         base = hp.rope_base_swa if swa else hp.rope_base
         scale = hp.rope_scale_swa if swa else hp.rope_scale
-        q = _rope(q, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs)
-        k = _rope(k, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs)
+        yarn = None if swa else hp.yarn
+        q = _rope(q, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn)
+        k = _rope(k, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn)
 
         if cache.k[il] is None:
             cache.k[il], cache.v[il] = k, v
