@@ -28,6 +28,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "model/model.h"
@@ -49,6 +50,7 @@ struct BenchOptions {
   bool no_kv_cache = false;  // tg recomputes every position each step (the cache's worth)
   std::string prompt_file;   // tg continues this text (greedy) instead of one random token
   SpeculativeFlags spec;     // tg also runs with speculative decoding, beside plain
+  WeightFlags weights;
 };
 
 // What speculative decoding did over one test's timed runs.
@@ -142,6 +144,10 @@ ModelFacts model_facts(const std::string& path, const Model& model) {
   m.weight_bytes_per_step = model.weight_bytes_per_step();
   const std::string label = f.get_string("general.size_label", human_count(static_cast<double>(m.n_params)));
   m.type = str_cat(model.config().arch, " ", label, " ", file_type_name(f.get_u64("general.file_type", 0)));
+  if (model.weight_format() != WeightFormat::kAsStored) {  // the bytes in memory, not the file's
+    m.type += str_cat(" as ", weight_format_name(model.weight_format()));
+    m.size = static_cast<uint64_t>(static_cast<double>(m.size) + model.converted_bytes_delta());
+  }
   return m;
 }
 
@@ -162,7 +168,7 @@ double kv_bytes_read(const ModelConfig& c, int64_t pos) {
 class Runner {
  public:
   Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context, const BenchOptions& opt)
-      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs)})) {
+      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs), .weights = opt.weights.format_for_load()})) {
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
     if (!opt.prompt_file.empty()) {
       std::ifstream in(opt.prompt_file, std::ios::binary);
@@ -509,6 +515,7 @@ void add_bench_command(CLI::App& app) {
                   "tg continues this text (greedy), timed from its first generated token, instead of one random "
                   "token");
   add_speculative_flags(*cmd, opt->spec);
+  add_weight_flags(*cmd, opt->weights);
   cmd->callback([opt] { bench(*opt); });
 }
 

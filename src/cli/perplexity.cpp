@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "quant/perplexity.h"
@@ -43,6 +44,7 @@ struct PerplexityOptions {
   int threads = 0;
   std::string kld_base;
   bool kld = false;
+  WeightFlags weights;
 };
 
 // One window's state, written by the engine thread (score callbacks), read by this one
@@ -125,7 +127,7 @@ void perplexity(const PerplexityOptions& opt) {
   // a batch smaller than a window computes it in chunks.
   const int32_t n_seq = std::max(1, opt.batch / std::max(n_ctx, 1));
   const int32_t step_tokens = opt.batch >= n_ctx ? n_seq * n_ctx : opt.batch;
-  model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = std::max(step_tokens, 1)});
+  model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = std::max(step_tokens, 1), .weights = opt.weights.format_for_load()});
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const int32_t n_vocab = model->config().n_vocab;
   if (opt.kld) {
@@ -240,6 +242,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-b,--batch-size", opt->batch, "Tokens per step: -b / -c windows run side by side")
       ->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  add_weight_flags(*cmd, opt->weights);
   cmd->add_option("--kl-divergence-base", opt->kld_base,
                   "Save the log-probabilities here (llama.cpp's format); with --kl-divergence, read them");
   cmd->add_flag("--kl-divergence", opt->kld, "KL divergence against --kl-divergence-base");

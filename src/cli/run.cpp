@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
@@ -41,6 +42,7 @@ struct RunOptions {
   bool echo = false;
   SamplingParams sampling;
   SpeculativeFlags spec;
+  WeightFlags weights;
 };
 
 // What one request took, as the client sees it: the prompt until the first token, then
@@ -171,7 +173,7 @@ void run(RunOptions opt) {
   validate(opt.sampling);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.batch});
+  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.batch, .weights = opt.weights.format_for_load()});
   Tokenizer tok = Tokenizer::from_gguf(model->file());
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
   EngineOptions engine_options;
@@ -229,6 +231,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_option("--system", opt->system, "System message for --chat");
   cmd->add_flag("--echo", opt->echo, "Print the prompt before the generated text");
   add_speculative_flags(*cmd, opt->spec);
+  add_weight_flags(*cmd, opt->weights);
   cmd->callback([opt] { run(*opt); });
 }
 

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
@@ -40,6 +41,7 @@ struct ServeOptions {
   std::string alias;
   bool no_prefix_cache = false;
   SpeculativeFlags spec;
+  WeightFlags weights;
 };
 
 // The name clients use for the model: --alias, else the model argument without its
@@ -68,7 +70,7 @@ void serve(const ServeOptions& opt) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.max_batch_tokens});
+  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.max_batch_tokens, .weights = opt.weights.format_for_load()});
   Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<ChatTemplate> chat_template;
   try {
@@ -156,6 +158,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--alias", opt->alias, "Model id clients use (default: the model file's name)");
   cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
   add_speculative_flags(*cmd, opt->spec);
+  add_weight_flags(*cmd, opt->weights);
   cmd->callback([opt] { serve(*opt); });
 }
 

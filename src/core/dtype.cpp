@@ -55,6 +55,10 @@ std::array<TypeTraits, kDTypeCount> make_table() {
 
 // Defined by the quant formats (core/quant.cpp): fills to_float/from_float.
 void register_quant_functions(std::array<TypeTraits, kDTypeCount>& table);
+// The runtime-only formats (core/quant_bnb.cpp), in DType order from DType::NF4.
+constexpr uint32_t kRuntimeFirst = static_cast<uint32_t>(DType::NF4);
+constexpr uint32_t kRuntimeCount = 2;
+std::array<TypeTraits, kRuntimeCount> runtime_type_traits();
 
 static const std::array<TypeTraits, kDTypeCount>& table() {
   static const std::array<TypeTraits, kDTypeCount> t = [] {
@@ -67,8 +71,11 @@ static const std::array<TypeTraits, kDTypeCount>& table() {
 
 const TypeTraits& type_traits(DType type) {
   static const TypeTraits unknown{};
-  uint32_t id = static_cast<uint32_t>(type);
-  return id < kDTypeCount ? table()[id] : unknown;
+  static const std::array<TypeTraits, kRuntimeCount> runtime = runtime_type_traits();
+  const uint32_t id = static_cast<uint32_t>(type);
+  if (id < kDTypeCount) return table()[id];
+  if (id >= kRuntimeFirst && id - kRuntimeFirst < kRuntimeCount) return runtime[id - kRuntimeFirst];
+  return unknown;
 }
 
 bool is_known_dtype(uint32_t id) { return id < kDTypeCount && table()[id].block_size > 0; }
@@ -94,7 +101,7 @@ std::optional<DType> dtype_from_name(std::string_view name) {
 size_t row_size(DType type, int64_t n) {
   const TypeTraits& t = type_traits(type);
   assert(t.block_size > 0 && n % t.block_size == 0);
-  return static_cast<size_t>(n / t.block_size) * t.type_size;
+  return t.row_header + static_cast<size_t>(n / t.block_size) * t.type_size;
 }
 
 }  // namespace ridge

@@ -22,6 +22,10 @@ enum class DType : uint32_t {
   IQ1_M = 29, BF16 = 30,
   // 31..33 and 36..38 were repacked Q4_0/IQ4_NL layouts, removed from ggml.
   TQ1_0 = 34, TQ2_0 = 35, MXFP4 = 39, NVFP4 = 40, Q1_0 = 41,
+  // Runtime-only formats, never in a GGUF file: weights converted at load time
+  // (`--weights nf4|int8`, core/quant_bnb.h). Each row starts with a header.
+  NF4 = 1000,      // bitsandbytes NF4: blocks of 64, double-quantized absmax scales
+  I8_ROWS = 1001,  // LLM.int8 weights: one absmax scale per row, int8 values
 };
 
 // Converts n elements (n a multiple of block_size) of a quantized row to float.
@@ -36,17 +40,22 @@ struct TypeTraits {
   size_t type_size = 0;     // bytes per block
   ToFloatFn to_float = nullptr;      // null: we cannot dequantize this type (yet)
   FromFloatFn from_float = nullptr;  // null: we cannot quantize to this type
+  // Bytes before a row's blocks (the runtime formats' per-row statistics; 0 for every
+  // GGUF type). With a header, to_float and from_float convert exactly one row.
+  size_t row_header = 0;
 };
 
 constexpr uint32_t kDTypeCount = 42;
 
-// Traits of a known type; the returned entry has block_size == 0 for unknown ids.
+// Traits of a known type (GGUF or runtime-only); the returned entry has block_size == 0
+// for unknown ids.
 const TypeTraits& type_traits(DType type);
+// A type id a GGUF file may use (the runtime-only formats are not).
 bool is_known_dtype(uint32_t id);
 std::string_view dtype_name(DType type);
-// Parses a name as ggml spells it, case-insensitively ("Q4_K", "q4_k", "f16").
+// Parses a GGUF type's name as ggml spells it, case-insensitively ("Q4_K", "q4_k", "f16").
 std::optional<DType> dtype_from_name(std::string_view name);
-// Bytes of a row of n elements; n must be a multiple of the block size.
+// Bytes of a row of n elements (header included); n must be a multiple of the block size.
 size_t row_size(DType type, int64_t n);
 
 }  // namespace ridge

@@ -22,6 +22,10 @@ class MappedFile {
   MappedFile& operator=(const MappedFile&) = delete;
 
   std::span<const uint8_t> bytes() const { return {data_, size_}; }
+  // Lets the OS drop the resident pages wholly inside [p, p + n) (a tensor converted at
+  // load and never read again); a later read would fault them back in from the file.
+  // Ranges outside the map are ignored.
+  void drop_pages(const uint8_t* p, size_t n) const;
   const std::string& path() const { return path_; }
 
  private:

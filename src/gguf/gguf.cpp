@@ -742,4 +742,8 @@ const TensorInfo& File::tensor(std::string_view name) const {
   return *t;
 }
 
+void File::drop_pages(const TensorInfo& t) const {
+  if (mapping_ != nullptr) mapping_->drop_pages(t.data, t.nbytes);
+}
+
 }  // namespace ridge::gguf

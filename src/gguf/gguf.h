@@ -174,6 +174,9 @@ class File {
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* find_tensor(std::string_view name) const;  // null if absent
   const TensorInfo& tensor(std::string_view name) const;       // throws if absent
+  // Drops a tensor's resident pages when the file is mapped (MappedFile::drop_pages);
+  // nothing for caller-owned bytes.
+  void drop_pages(const TensorInfo& t) const;
 
  private:
   File() = default;

@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
+#include "core/quant_bnb.h"
 #include "kernels/convert.h"
 #include "kernels/dot.h"
 
@@ -275,6 +276,8 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
       {ActFormat::kQ8_K, kQK_K, gemm_scalar<vec_dot_q6_k_scalar>},
       {ActFormat::kF32, 1, gemm_scalar<vec_dot_f16_scalar>},
       {ActFormat::kF32, 1, gemm_scalar<vec_dot_bf16_scalar>},
+      {ActFormat::kQ8_0, kNf4Block, gemm_scalar<vec_dot_nf4_scalar>},
+      {ActFormat::kQ8_0, kQK8_0, gemm_scalar<vec_dot_i8_rows_scalar>},
   };
   static const bool vnni = cpu_has_avx_vnni();
   static const GemmKernel avx512[] = {
@@ -282,6 +285,7 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
       {ActFormat::kQ8_0, kQK5_0, gemm_q5_0_avx512}, {ActFormat::kQ8_K, kQK_K, gemm_q4_k_avx512},
       {ActFormat::kQ8_K, kQK_K, gemm_q5_k_avx512},  {ActFormat::kQ8_K, kQK_K, gemm_q6_k_avx512},
       {ActFormat::kF32, 1, gemm_f16_avx2},           {ActFormat::kF32, 1, gemm_bf16_avx2},
+      {ActFormat::kQ8_0, kNf4Block, gemm_nf4_avx512}, {ActFormat::kQ8_0, kQK8_0, gemm_i8_rows_avx512},
   };
   static const GemmKernel avx2[] = {
       {ActFormat::kQ8_0, kQK8_0, vnni ? gemm_q8_0_avxvnni : gemm_q8_0_avx2},
@@ -290,6 +294,7 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
       {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q5_k_avxvnni : gemm_q5_k_avx2},
       {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q6_k_avxvnni : gemm_q6_k_avx2},
       {ActFormat::kF32, 1, gemm_f16_avx2},        {ActFormat::kF32, 1, gemm_bf16_avx2},
+      {ActFormat::kQ8_0, kNf4Block, gemm_nf4_avx2}, {ActFormat::kQ8_0, kQK8_0, gemm_i8_rows_avx2},
   };
   int index;
   switch (weight) {
@@ -301,6 +306,8 @@ const GemmKernel* gemm_kernel(DType weight, Isa isa) {
     case DType::Q6_K: index = 5; break;
     case DType::F16: index = 6; break;
     case DType::BF16: index = 7; break;
+    case DType::NF4: index = 8; break;
+    case DType::I8_ROWS: index = 9; break;
     default: return nullptr;
   }
   if (isa == Isa::kScalar) return &scalar[index];

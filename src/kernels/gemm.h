@@ -82,6 +82,9 @@ float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_f16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+// The runtime formats (core/quant_bnb.h, gemm_bnb.cpp): one fma per 32-element group.
+float vec_dot_nf4_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_i8_rows_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 
 // AVX2 versions (gemm_avx2.cpp); call only when best_isa() == Isa::kAvx2.
 void quantize_act_q8_0_avx2(const float* x, uint8_t* dst, int64_t n_in);
@@ -94,6 +97,9 @@ void gemm_q5_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_f16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_bf16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+// NF4 and I8_ROWS (gemm_bnb_avx2.cpp), bit-identical to their scalar references.
+void gemm_nf4_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_i8_rows_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 // AVX-VNNI builds of the Q8_0-family tiles (gemm_avxvnni.cpp) and of the K-quant tiles
 // (gemm_avx2.cpp: vpdpwssd for madd + add), bit-identical to the AVX2 ones; the kAvx2
@@ -118,5 +124,8 @@ void gemm_q5_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+// NF4 and I8_ROWS with vpdpbusd (gemm_bnb_avx512.cpp), bit-identical likewise.
+void gemm_nf4_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_i8_rows_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 }  // namespace ridge::kernels

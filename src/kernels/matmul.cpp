@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
+#include <cmath>
 #include <cstring>
 #include <span>
 #include <vector>
@@ -18,6 +20,10 @@ namespace {
 constexpr int64_t kRowTile = 4;
 
 std::atomic<MatmulMode> g_matmul_mode{MatmulMode::kQuantized};
+std::atomic<float> g_int8_outlier_threshold{6.0f};
+
+// I8_ROWS outliers: one bit per column of each token row, set where |x| > threshold.
+int64_t outlier_mask_words(int64_t n_in) { return (n_in + 63) / 64; }
 
 // Below this many activation elements, quantizing on one thread beats waking the pool.
 constexpr int64_t kParallelQuantizeElements = 32768;
@@ -56,6 +62,9 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name) {
   if (w.data == nullptr) throw Error(str_cat(name, ": weight data is null"));
 }
 
+void set_int8_outlier_threshold(float threshold) { g_int8_outlier_threshold.store(threshold); }
+float int8_outlier_threshold() { return g_int8_outlier_threshold.load(); }
+
 void set_matmul_mode(MatmulMode mode) { g_matmul_mode.store(mode, std::memory_order_relaxed); }
 MatmulMode matmul_mode() { return g_matmul_mode.load(std::memory_order_relaxed); }
 
@@ -70,6 +79,8 @@ size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
   size_t bytes = static_cast<size_t>(max_tokens) * act_row_bytes(kernel->act, w.n_in);
   if (kernel->act == ActFormat::kQ8_0 && max_tokens > 1)  // the transposed scales of a batch
     bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
+  if (w.dtype == DType::I8_ROWS)  // the outlier masks
+    bytes += static_cast<size_t>(max_tokens * outlier_mask_words(w.n_in)) * sizeof(uint64_t);
   return bytes;
 }
 
@@ -79,6 +90,42 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, T
 }
 
 namespace {
+
+// Sets the mask bits of the columns of x with |x| > threshold; returns x itself when
+// there are none, or else a copy in `copy` with those columns zeroed.
+const float* without_outliers(const float* x, int64_t n_in, float threshold, uint64_t* mask, float* copy) {
+  float amax = 0;
+  for (int64_t i = 0; i < n_in; ++i) amax = std::max(amax, std::fabs(x[i]));
+  std::fill(mask, mask + outlier_mask_words(n_in), 0);
+  if (!(amax > threshold)) return x;
+  for (int64_t i = 0; i < n_in; ++i) {
+    const bool outlier = std::fabs(x[i]) > threshold;
+    mask[i / 64] |= static_cast<uint64_t>(outlier) << (i % 64);
+    copy[i] = outlier ? 0.0f : x[i];
+  }
+  return copy;
+}
+
+// y[t][r0 + r] += x[t][i] * W[r0 + r][i] in f32 for each outlier column i of token t, in
+// column order (I8_ROWS rows: float scale, int8 q[n_in]).
+void add_outliers(const WeightMatrix& w, int64_t r0, int64_t rows, const float* x, int64_t n_tokens,
+                  const uint64_t* masks, float* y) {
+  const int64_t words = outlier_mask_words(w.n_in);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    const uint64_t* mask = masks + t * words;
+    for (int64_t k = 0; k < words; ++k)
+      for (uint64_t bits = mask[k]; bits != 0; bits &= bits - 1) {
+        const int64_t i = k * 64 + std::countr_zero(bits);
+        const float xi = x[t * w.n_in + i];
+        for (int64_t r = r0; r < r0 + rows; ++r) {
+          const uint8_t* row = w.data + static_cast<size_t>(r) * w.row_bytes;
+          float scale;
+          std::memcpy(&scale, row, sizeof scale);
+          y[t * w.n_out + r] += scale * static_cast<float>(static_cast<int8_t>(row[sizeof scale + i])) * xi;
+        }
+      }
+  }
+}
 
 // The quantized-GEMM path for matrices that share x and one activation format: x
 // quantized once, then one parallel region over all their 16-row tiles in order.
@@ -91,12 +138,23 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
   float* scales_t = nullptr;
+  const float threshold = int8_outlier_threshold();
+  uint64_t* masks = nullptr;  // I8_ROWS with outlier decomposition
+  const int64_t mask_words = outlier_mask_words(n_in);
   if (kernel->act != ActFormat::kF32) {
     act_stride = act_row_bytes(kernel->act, n_in);
     uint8_t* dst = scratch.shared_data();
-    auto quantize = [&](int64_t begin, int64_t end, int) {
-      for (int64_t t = begin; t < end; ++t)
-        quantize_activations(kernel->act, isa, x + t * n_in, dst + t * act_stride, n_in);
+    if (ws[0]->dtype == DType::I8_ROWS && threshold > 0) {
+      size_t offset = static_cast<size_t>(n_tokens) * act_stride;
+      if (n_tokens > 1) offset += 2 * q8_0_scales_t_floats(n_in, n_tokens) * sizeof(float);
+      masks = reinterpret_cast<uint64_t*>(dst + offset);
+    }
+    auto quantize = [&](int64_t begin, int64_t end, int thread) {
+      for (int64_t t = begin; t < end; ++t) {
+        const float* row = x + t * n_in;
+        if (masks != nullptr) row = without_outliers(row, n_in, threshold, masks + t * mask_words, scratch.thread_data(thread));
+        quantize_activations(kernel->act, isa, row, dst + t * act_stride, n_in);
+      }
     };
     if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
     else quantize(0, n_tokens, 0);
@@ -131,6 +189,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
       const GemmArgs args{n_in,      w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
                           ys[i] + r0, w.n_out, scales_t, sums_t, q8_0_scales_t_stride(n_tokens)};
       kernels[i]->gemm(args, rows, n_tokens);
+      if (masks != nullptr) add_outliers(w, r0, rows, x, n_tokens, masks, ys[i]);
       begin = stop;
     }
   });
@@ -150,7 +209,8 @@ void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::
     if (ws[i]->n_in != ws[0]->n_in)
       throw Error(str_cat("matmul_group: matrix ", i, " has ", ws[i]->n_in, " columns, matrix 0 has ", ws[0]->n_in));
     kernels[i] = gemm_kernel(ws[i]->dtype, isa);
-    together = together && kernels[i] != nullptr && kernels[i]->act == kernels[0]->act;
+    together = together && kernels[i] != nullptr && kernels[i]->act == kernels[0]->act &&
+               (ws[i]->dtype == DType::I8_ROWS) == (ws[0]->dtype == DType::I8_ROWS);  // outliers: all or none
   }
   if (!together || n_tokens <= 0) {  // different activation formats, or float paths: one by one
     for (size_t i = 0; i < ws.size(); ++i) matmul_isa(*ws[i], x, ys[i], n_tokens, pool, scratch, isa);

@@ -48,6 +48,16 @@ enum class MatmulMode { kQuantized, kFloat };
 void set_matmul_mode(MatmulMode mode);
 MatmulMode matmul_mode();
 
+// LLM.int8's outlier decomposition for DType::I8_ROWS weights, process-wide: in each
+// token row the columns with |x| > threshold (6.0 by default, bitsandbytes' default) are
+// left out of the int8 product and added in f32 against the dequantized weight columns,
+// so the rare large activation features keep their precision and do not flatten the
+// 8-bit scale of their block. bitsandbytes takes the columns where any token of the batch
+// exceeds the threshold; ridge decides per token, so a token's result never depends on
+// its batch. A threshold <= 0 turns the decomposition off (plain vector-wise int8).
+void set_int8_outlier_threshold(float threshold);
+float int8_outlier_threshold();
+
 // Floats of per-thread scratch matmul(w, ...) needs.
 size_t matmul_scratch_floats(const WeightMatrix& w);
 

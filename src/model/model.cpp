@@ -25,6 +25,8 @@ Model::Model(gguf::File file, const ModelOptions& options)
       pool_(options.pool == nullptr ? *owned_pool_ : *options.pool) {
   if (options_.max_batch_tokens <= 0)
     throw Error(str_cat("max_batch_tokens must be positive, got ", options_.max_batch_tokens));
+  if (options_.weights == WeightFormat::kNf4) convert_layer_matrices(DType::NF4);
+  if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
   const ModelConfig& c = config_;
   const size_t t = static_cast<size_t>(options_.max_batch_tokens);
   x_.resize(t * c.n_embd);
@@ -107,7 +109,7 @@ double Model::weight_bytes_per_step() const {
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
   const bool tied = file_.find_tensor("output.weight") == nullptr;
   if (embd != nullptr && !tied) bytes -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / static_cast<double>(embd->ne[1]));
-  return bytes;
+  return bytes + converted_bytes_delta_;
 }
 
 KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {

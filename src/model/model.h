@@ -14,6 +14,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -57,12 +58,24 @@ class ForwardObserver {
   virtual bool continue_after_layer(int32_t il) { return true; }
 };
 
+// How the layer matrices are held (ModelOptions::weights). kAsStored: the file's blocks,
+// zero-copy. kNf4 and kInt8: bitsandbytes' NF4 and LLM.int8 formats (core/quant_bnb.h),
+// converted from the file's values when the model loads, as bitsandbytes quantizes a
+// 16-bit checkpoint as it loads it, into memory the model owns (the file's pages of those
+// matrices are let go). The token embedding and the output matrix stay as stored, as
+// bitsandbytes keeps them in 16 bits. kInt8's outlier columns: kernels::matmul.h.
+enum class WeightFormat { kAsStored, kNf4, kInt8 };
+// "as-stored", "nf4" or "int8"; throws ridge::Error listing them for anything else.
+WeightFormat parse_weight_format(std::string_view name);
+const char* weight_format_name(WeightFormat format);
+
 struct ModelOptions {
   int n_threads = 0;              // 0: all cores
   int32_t max_batch_tokens = 512; // most tokens one forward call takes (sizes the scratch)
   ThreadPool* pool = nullptr;     // run on this pool instead of starting n_threads (a draft
                                   // model beside its target: one set of threads, never idle-
                                   // spinning against the other's); must outlive the model
+  WeightFormat weights = WeightFormat::kAsStored;
 };
 
 class Model {
@@ -78,6 +91,9 @@ class Model {
   // Weight bytes one forward step reads: every matrix once, and of an untied token
   // embedding one row per token (a tied one is the output matrix, read whole).
   double weight_bytes_per_step() const;
+  WeightFormat weight_format() const { return options_.weights; }
+  // Bytes the converted layer matrices take beyond the file's (negative: fewer); 0 as stored.
+  double converted_bytes_delta() const { return converted_bytes_delta_; }
 
   // A KV cache layout for this model: one spec per layer with its window.
   KvCacheConfig kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context = 0) const;
@@ -110,6 +126,7 @@ class Model {
 
  private:
   Model(gguf::File file, const ModelOptions& options);
+  void convert_layer_matrices(DType dtype);  // model_convert.cpp
   void validate(const Batch& batch, const KvCache& cache) const;
   void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
@@ -122,6 +139,8 @@ class Model {
   ModelOptions options_;
   ModelConfig config_;
   ModelWeights weights_;
+  std::vector<std::vector<uint8_t>> converted_;  // layer matrices under WeightFormat::kNf4/kInt8
+  double converted_bytes_delta_ = 0;             // their bytes less the file's
   ForwardObserver* observer_ = nullptr;
   std::unique_ptr<ThreadPool> owned_pool_;  // unless ModelOptions::pool was given
   ThreadPool& pool_;

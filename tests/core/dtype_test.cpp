@@ -49,7 +49,13 @@ TEST(DType, GgufNumbering) {
   EXPECT_FALSE(is_known_dtype(5));
   EXPECT_FALSE(is_known_dtype(kDTypeCount));
   EXPECT_TRUE(is_known_dtype(30));
-  EXPECT_EQ(type_traits(static_cast<DType>(1000)).block_size, 0);
+  EXPECT_EQ(type_traits(static_cast<DType>(999)).block_size, 0);
+  // The runtime-only formats have traits but are never valid in a file.
+  EXPECT_EQ(type_traits(DType::NF4).block_size, 64);
+  EXPECT_EQ(row_size(DType::NF4, 128), 8u + 2u * 33u);
+  EXPECT_EQ(row_size(DType::I8_ROWS, 64), 4u + 64u);
+  EXPECT_FALSE(is_known_dtype(static_cast<uint32_t>(DType::NF4)));
+  EXPECT_EQ(type_traits(static_cast<DType>(1002)).block_size, 0);
 }
 
 TEST(DType, NamesRoundTripCaseInsensitively) {

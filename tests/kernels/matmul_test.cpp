@@ -110,6 +110,16 @@ TEST_P(MatmulByType, MatchesDoubleReferenceWithinActivationRounding) {
             }
             rounding += weight * amax / 127.0 / 2.0;
           }
+          // NF4's integer kernels multiply its code points rounded to 1/127 of the block's
+          // absmax (the largest |w| of the dequantized block).
+          for (int64_t b0 = 0; type == DType::NF4 && b0 < n_in; b0 += 64) {
+            double absmax = 0, x_sum = 0;
+            for (int64_t i = b0; i < b0 + 64; ++i) {
+              absmax = std::max(absmax, double(std::fabs(row[i])));
+              x_sum += std::fabs(xt[i]);
+            }
+            rounding += x_sum * absmax / 127.0 / 2.0;
+          }
           const double ref = want[t * n_out + o];
           EXPECT_NEAR(got[t * n_out + o], ref, 1e-5 + 1e-4 * std::fabs(ref) + 4e-6 * magnitude + 1.001 * rounding)
               << dtype_name(type) << " " << isa_name(isa) << " token " << t << " row " << o;
@@ -168,7 +178,7 @@ TEST_P(MatmulByType, TokenResultIndependentOfBatchAndThreads) {
 INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                            DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                                           DType::Q3_K),
+                                           DType::Q3_K, DType::NF4, DType::I8_ROWS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // The float mode: dequantized rows, f32 activations: as close to the double reference as
@@ -298,6 +308,64 @@ TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.3.ffn_up.weight"), std::string::npos) << e.what();
+  }
+}
+
+// LLM.int8: activation columns above the outlier threshold are multiplied in f32
+// against the dequantized weights instead of flattening their int8 block, so planted
+// outliers cost (almost) nothing; without the decomposition they cost a lot.
+TEST(MatmulInt8, OutlierColumnsKeepTheirPrecision) {
+  const int64_t n_in = 256, n_out = 40, n_tokens = 5;
+  const QuantizedMatrix m = make_matrix(DType::I8_ROWS, n_in, n_out);
+  auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 11);
+  for (int64_t t = 0; t < n_tokens; t += 2) {  // tokens 0, 2, 4; 1 and 3 have none
+    x[t * n_in + 17] = 60.0f;
+    x[t * n_in + 200] = -35.0f;
+  }
+  std::vector<float> want(static_cast<size_t>(n_tokens * n_out));
+  matmul_reference(m.w, x.data(), want.data(), n_tokens);
+  // The largest error of each token's outputs.
+  auto token_errors = [&](float threshold, Isa isa) {
+    set_int8_outlier_threshold(threshold);
+    ThreadPool pool(2);
+    Scratch scratch;
+    reserve(scratch, pool.n_threads(), m.w, n_tokens);
+    std::vector<float> got(want.size());
+    matmul_isa(m.w, x.data(), got.data(), n_tokens, pool, scratch, isa);
+    set_int8_outlier_threshold(6.0f);
+    std::vector<double> err(n_tokens, 0.0);
+    for (int64_t t = 0; t < n_tokens; ++t)
+      for (int64_t o = 0; o < n_out; ++o)
+        err[t] = std::max(err[t], std::fabs(double(got[t * n_out + o]) - want[t * n_out + o]));
+    return err;
+  };
+  for (Isa isa : isas()) {
+    const std::vector<double> with = token_errors(6.0f, isa), without = token_errors(0.0f, isa);
+    const double plain = std::max(with[1], with[3]);  // the 8-bit rounding of ordinary activations
+    for (int64_t t : {0, 2, 4}) {
+      EXPECT_LT(with[t], 1.5 * plain) << isa_name(isa) << " token " << t;
+      EXPECT_GT(without[t], 4 * with[t]) << isa_name(isa) << " token " << t;
+    }
+    EXPECT_EQ(with[1], without[1]);  // no outliers: the same computation
+  }
+}
+
+// The outliers are decided per token: a token's result is the same alone as beside a
+// token with outliers, and the same in any batch.
+TEST(MatmulInt8, OutliersOfOneTokenDoNotChangeAnother) {
+  const int64_t n_in = 192, n_out = 33, n_tokens = 4;
+  const QuantizedMatrix m = make_matrix(DType::I8_ROWS, n_in, n_out);
+  auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 3);
+  x[1 * n_in + 5] = 50.0f;
+  x[3 * n_in + 100] = -9.0f;
+  ThreadPool pool(2);
+  Scratch scratch;
+  reserve(scratch, pool.n_threads(), m.w, n_tokens);
+  std::vector<float> batch(static_cast<size_t>(n_tokens * n_out)), alone(static_cast<size_t>(n_out));
+  matmul(m.w, x.data(), batch.data(), n_tokens, pool, scratch);
+  for (int64_t t = 0; t < n_tokens; ++t) {
+    matmul(m.w, x.data() + t * n_in, alone.data(), 1, pool, scratch);
+    EXPECT_EQ(0, std::memcmp(alone.data(), batch.data() + t * n_out, alone.size() * sizeof(float))) << "token " << t;
   }
 }
 

@@ -3,6 +3,7 @@
 //
 //   quant_tool dequantize q4_K blocks.bin out.f32   # raw blocks -> little-endian float32
 //   quant_tool quantize   q8_0 in.f32 blocks.bin    # float32 -> raw blocks
+// The runtime-only formats (nf4, i8_rows: core/quant_bnb.h) convert exactly one row.
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
@@ -31,15 +32,17 @@ void write_file(const std::string& path, const void* data, size_t bytes) {
 
 int run(const std::string& mode, const std::string& type_name, const std::string& in_path,
         const std::string& out_path) {
-  const auto type = ridge::dtype_from_name(type_name);
+  auto type = ridge::dtype_from_name(type_name);
+  if (type_name == "nf4") type = ridge::DType::NF4;
+  if (type_name == "i8_rows") type = ridge::DType::I8_ROWS;
   if (!type) throw ridge::Error(ridge::str_cat("quant_tool: unknown type '", type_name, "'"));
   const ridge::TypeTraits& traits = ridge::type_traits(*type);
   const std::vector<char> input = read_file(in_path);
   if (mode == "dequantize") {
-    if (input.size() % traits.type_size != 0)
+    if (input.size() < traits.row_header || (input.size() - traits.row_header) % traits.type_size != 0)
       throw ridge::Error(ridge::str_cat("quant_tool: ", in_path, " has ", input.size(),
                                         " bytes, not whole ", traits.name, " blocks"));
-    const int64_t n = static_cast<int64_t>(input.size() / traits.type_size) * traits.block_size;
+    const int64_t n = static_cast<int64_t>((input.size() - traits.row_header) / traits.type_size) * traits.block_size;
     std::vector<float> out(static_cast<size_t>(n));
     ridge::dequantize_row(*type, input.data(), out.data(), n);
     write_file(out_path, out.data(), out.size() * sizeof(float));
@@ -49,8 +52,10 @@ int run(const std::string& mode, const std::string& type_name, const std::string
     const int64_t n = static_cast<int64_t>(input.size() / sizeof(float));
     std::vector<float> values(static_cast<size_t>(n));
     std::copy(input.begin(), input.end(), reinterpret_cast<char*>(values.data()));
-    std::vector<uint8_t> out(static_cast<size_t>(n / traits.block_size) * traits.type_size);
-    ridge::quantize_row(*type, values.data(), out.data(), n);  // checks n against the block
+    if (n % traits.block_size != 0)
+      throw ridge::Error(ridge::str_cat("quant_tool: ", n, " values do not fill whole ", traits.name, " blocks"));
+    std::vector<uint8_t> out(ridge::row_size(*type, n));
+    ridge::quantize_row(*type, values.data(), out.data(), n);
     write_file(out_path, out.data(), out.size());
   } else {
     throw ridge::Error(ridge::str_cat("quant_tool: unknown mode '", mode, "'"));

@@ -1,0 +1,32 @@
+#include "cli/weight_flags.h"
+
+#include <CLI/CLI.hpp>
+#include <cmath>
+
+#include "core/error.h"
+#include "kernels/matmul.h"
+
+namespace ridge::cli {
+
+WeightFormat WeightFlags::format_for_load() const {
+  if (!std::isfinite(int8_threshold) || int8_threshold < 0)
+    throw Error(str_cat("--int8-threshold must be a finite number >= 0, got ", int8_threshold));
+  kernels::set_int8_outlier_threshold(int8_threshold);
+  try {
+    return parse_weight_format(format);
+  } catch (const Error& e) {
+    throw Error(str_cat("--weights: ", e.what()));
+  }
+}
+
+void add_weight_flags(CLI::App& cmd, WeightFlags& flags) {
+  cmd.add_option("--weights", flags.format,
+                 "Layer weights as stored, or converted at load: nf4 (NormalFloat4, blocks of 64, "
+                 "double-quantized scales) or int8 (LLM.int8: row-wise int8 with outlier columns in f32)")
+      ->capture_default_str();
+  cmd.add_option("--int8-threshold", flags.int8_threshold,
+                 "With --weights int8: activations above this magnitude are outliers computed in f32 (0: none)")
+      ->capture_default_str();
+}
+
+}  // namespace ridge::cli

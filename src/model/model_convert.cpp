@@ -1,0 +1,63 @@
+// WeightFormat::kNf4 / kInt8: the layer matrices converted at load (model.h).
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/quant_bnb.h"
+#include "model/model.h"
+
+namespace ridge {
+
+WeightFormat parse_weight_format(std::string_view name) {
+  if (name == "as-stored") return WeightFormat::kAsStored;
+  if (name == "nf4") return WeightFormat::kNf4;
+  if (name == "int8") return WeightFormat::kInt8;
+  throw Error(str_cat("unknown weight format '", name, "' (expected as-stored, nf4 or int8)"));
+}
+
+const char* weight_format_name(WeightFormat format) {
+  switch (format) {
+    case WeightFormat::kAsStored: return "as-stored";
+    case WeightFormat::kNf4: return "nf4";
+    case WeightFormat::kInt8: return "int8";
+  }
+  return "unknown";
+}
+
+void Model::convert_layer_matrices(DType dtype) {
+  const auto quantize_row = dtype == DType::NF4 ? quantize_row_nf4 : quantize_row_i8_rows;
+  const int64_t block = type_traits(dtype).block_size;
+  static constexpr const char* kNames[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    LayerWeights& l = weights_.layers[il];
+    kernels::WeightMatrix* matrices[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
+    for (size_t m = 0; m < std::size(matrices); ++m) {
+      kernels::WeightMatrix& w = *matrices[m];
+      const std::string name = str_cat("blk.", il, ".", kNames[m], ".weight");
+      if (w.n_in % block != 0)
+        throw Error(str_cat(file_.name(), ": ", name, " has ", w.n_in, " columns, not a multiple of ",
+                            dtype_name(dtype), "'s block of ", block, "; cannot load it as ", dtype_name(dtype)));
+      const size_t out_row = row_size(dtype, w.n_in);
+      std::vector<uint8_t>& bytes = converted_.emplace_back(out_row * static_cast<size_t>(w.n_out));
+      const ToFloatFn to_float = type_traits(w.dtype).to_float;
+      pool_.parallel_for(w.n_out, [&](int64_t begin, int64_t end, int) {
+        std::vector<float> values(static_cast<size_t>(w.n_in));  // at load: allocation is fine
+        for (int64_t o = begin; o < end; ++o) {
+          const uint8_t* src = w.data + static_cast<size_t>(o) * w.row_bytes;
+          if (w.dtype == DType::F32)
+            std::memcpy(values.data(), src, values.size() * sizeof(float));
+          else
+            to_float(src, values.data(), w.n_in);
+          quantize_row(values.data(), bytes.data() + static_cast<size_t>(o) * out_row, w.n_in);
+        }
+      });
+      converted_bytes_delta_ += static_cast<double>(bytes.size()) - static_cast<double>(w.row_bytes * w.n_out);
+      if (const gguf::TensorInfo* t = file_.find_tensor(name)) file_.drop_pages(*t);
+      w = kernels::weight_matrix(dtype, w.n_in, w.n_out, bytes.data());
+    }
+  }
+}
+
+}  // namespace ridge
