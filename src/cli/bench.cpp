@@ -450,10 +450,18 @@ void bench(BenchOptions opt) {
           if (!opt.no_kv_cache && !speculative && !runner.has_prompt())
             r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
           runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache, nullptr, speculative);  // warm-up
+          const uint64_t experts_before = runner.model().expert_bytes_read();
           std::vector<std::vector<double>> steps(opt.reps);
           for (int i = 0; i < opt.reps; ++i)
             r.samples_ns.push_back(
                 runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i], speculative, &r.spec) * 1e9);
+          if (r.bytes_per_token > 0 && c.n_expert > 0) {
+            // Mixture of experts: the experts the routers picked, as read (a batch's tokens
+            // that share an expert share its bytes), beside the dense weights.
+            const double experts = static_cast<double>(runner.model().expert_bytes_read() - experts_before);
+            r.bytes_per_token = (facts.weight_bytes_per_step - runner.model().active_expert_bytes_per_step()) / n_seq +
+                                experts / (opt.reps * r.tokens) + kv;
+          }
           for (int p = 0; p < n_gen; ++p) {
             std::vector<double> at(opt.reps);
             for (int i = 0; i < opt.reps; ++i) at[i] = steps[i][p] * 1e9;

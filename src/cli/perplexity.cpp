@@ -127,7 +127,10 @@ void perplexity(const PerplexityOptions& opt) {
   // a batch smaller than a window computes it in chunks.
   const int32_t n_seq = std::max(1, opt.batch / std::max(n_ctx, 1));
   const int32_t step_tokens = opt.batch >= n_ctx ? n_seq * n_ctx : opt.batch;
-  model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = std::max(step_tokens, 1), .weights = opt.weights.format_for_load()});
+  model = Model::load(path, {.n_threads = opt.threads,
+                             .max_batch_tokens = std::max(step_tokens, 1),
+                             .weights = opt.weights.format_for_load(),
+                             .n_ctx = n_ctx});
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const int32_t n_vocab = model->config().n_vocab;
   if (opt.kld) {

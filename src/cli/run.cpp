@@ -173,7 +173,10 @@ void run(RunOptions opt) {
   validate(opt.sampling);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.batch, .weights = opt.weights.format_for_load()});
+  auto model = Model::load(path, {.n_threads = opt.threads,
+                                        .max_batch_tokens = opt.batch,
+                                        .weights = opt.weights.format_for_load(),
+                                        .n_ctx = opt.n_ctx});
   Tokenizer tok = Tokenizer::from_gguf(model->file());
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
   EngineOptions engine_options;

@@ -70,7 +70,10 @@ void serve(const ServeOptions& opt) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads, .max_batch_tokens = opt.max_batch_tokens, .weights = opt.weights.format_for_load()});
+  auto model = Model::load(path, {.n_threads = opt.threads,
+                                        .max_batch_tokens = opt.max_batch_tokens,
+                                        .weights = opt.weights.format_for_load(),
+                                        .n_ctx = opt.n_ctx});
   Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<ChatTemplate> chat_template;
   try {

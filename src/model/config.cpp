@@ -36,8 +36,7 @@ void refuse_unread_keys(const gguf::File& f, const std::string& prefix, const Fa
     for (std::string_view r : family.reads) read = read || r == key;
     if (!read)
       throw Error(str_cat(f.name(), ": ", prefix, key, " is set, and ridge's ", family.arch,
-                          " model does not implement it; refusing to run without it",
-                          key.starts_with("expert") ? " (mixture of experts is not supported yet)" : ""));
+                          " model does not implement it; refusing to run without it"));
   }
 }
 
@@ -108,10 +107,13 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
     global.yarn_high = dims[1];
     global.rope_mscale = 1.0f + 0.1f * std::log(1.0f / rope_scale);
   }
+  c.n_ctx_orig = get_i32(f, p + "rope.scaling.original_context_length", 0);
   const double attn_factor = f.get_f64(p + "rope.scaling.attn_factor", 1.0);
-  if (attn_factor != 1.0)
-    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.attn_factor ", attn_factor, " is not supported (only 1)"));
   refuse_unread_keys(f, p, *family);
+  bool reads_attn_factor = false;
+  for (std::string_view r : family->reads) reads_attn_factor = reads_attn_factor || r == "rope.scaling.attn_factor";
+  if (attn_factor != 1.0 && !reads_attn_factor)
+    throw Error(str_cat(f.name(), ": ", p, "rope.scaling.attn_factor ", attn_factor, " is not supported (only 1)"));
   c.layers.assign(c.n_layer, global);
   c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_head));
   family->configure(f, c);
@@ -124,6 +126,7 @@ std::string ModelConfig::summary() const {
   std::string s = str_cat(arch, ": ", n_layer, " layers, n_embd ", n_embd, ", ", n_head, " heads (",
                           n_kv_head, " kv) x ", d_head, ", ff ", n_ff, ", vocab ", n_vocab);
   if (n_windowed > 0) s += str_cat(", ", n_windowed, " sliding-window layers");
+  if (n_expert > 0) s += str_cat(", ", n_expert, " experts (", n_expert_used, " per token) x ff ", n_ff_expert);
   return s;
 }
 

@@ -43,6 +43,7 @@ struct ModelConfig {
   int32_t d_value = 0;       // value_length (per head)
   int32_t n_ff = 0;
   int32_t n_ctx_train = 0;
+  int32_t n_ctx_orig = 0;    // rope.scaling.original_context_length (0: none)
   float norm_eps = 1e-5f;
 
   kernels::RopeMode rope_mode = kernels::RopeMode::Norm;
@@ -55,8 +56,19 @@ struct ModelConfig {
   float final_softcap = 0.0f;    // 0 = none
   bool qkv_bias = false;         // Qwen2
   bool qk_norm = false;          // Qwen3, Gemma 3: RMS norm of each q/k head
-  bool sandwich_norm = false;    // Gemma 3: norms after attention and MLP too
+  bool qk_norm_full = false;     // OLMoE: RMS norm over all of q and of k instead
+  bool sandwich_norm = false;    // Gemma 2/3: norms after attention and MLP too
+  bool fused_qkv = false;        // Phi-3: one attn_qkv tensor (q rows, then k, then v)
+  bool fused_gate_up = false;    // Phi-3: ffn_up holds the gate rows, then the up rows
   Activation activation = Activation::kSilu;
+
+  // Mixture of experts (n_expert > 0): each token's MLP is the weighted sum of the
+  // n_expert_used experts its router ranks highest (softmax over all experts, top k;
+  // renormalised to sum 1 when expert_weights_norm).
+  int32_t n_expert = 0;
+  int32_t n_expert_used = 0;
+  int32_t n_ff_expert = 0;       // each expert's feed-forward width
+  bool expert_weights_norm = false;
 
   static ModelConfig from_gguf(const gguf::File& file);
   static const std::vector<std::string>& supported_architectures();

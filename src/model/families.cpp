@@ -1,28 +1,51 @@
 #include "model/families.h"
 
 #include <array>
+#include <string>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
 
 namespace ridge {
 
 namespace {
 
-constexpr std::string_view kLlamaReads[] = {"attention.sliding_window"};
-constexpr std::string_view kGemma3Reads[] = {"attention.sliding_window", "attn_logit_softcapping",
-                                             "final_logit_softcapping"};
+constexpr std::string_view kLlamaReads[] = {"attention.sliding_window", "expert_count", "expert_used_count"};
+constexpr std::string_view kGemmaReads[] = {"attention.sliding_window", "attn_logit_softcapping",
+                                            "final_logit_softcapping"};
+constexpr std::string_view kPhi3Reads[] = {"attention.sliding_window", "rope.scaling.attn_factor"};
+constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
 
 }  // namespace
 
 const FamilyTraits* find_family(std::string_view arch) {
-  static const std::array<FamilyTraits, 5> families = {{
+  static const std::array<FamilyTraits, 9> families = {{
       {"llama", configure_llama, kLlamaReads},
       {"mistral", configure_llama, kLlamaReads},
       {"qwen2", configure_qwen2},
       {"qwen3", configure_qwen3},
-      {"gemma3", configure_gemma3, kGemma3Reads},
+      {"qwen3moe", configure_qwen3moe, kMoeReads},
+      {"olmoe", configure_olmoe, kMoeReads},
+      {"phi3", configure_phi3, kPhi3Reads},
+      {"gemma2", configure_gemma2, kGemmaReads},
+      {"gemma3", configure_gemma3, kGemmaReads},
   }};
   for (const FamilyTraits& f : families)
     if (f.arch == arch) return &f;
   return nullptr;
+}
+
+void configure_experts(const gguf::File& f, ModelConfig& c, bool norm) {
+  const std::string p = c.arch + ".";
+  if (!f.has(p + "expert_count")) return;
+  c.n_expert = static_cast<int32_t>(f.get_u64(p + "expert_count"));
+  c.n_expert_used = static_cast<int32_t>(f.get_u64(p + "expert_used_count"));
+  const std::string width = f.has(p + "expert_feed_forward_length") ? "expert_feed_forward_length" : "feed_forward_length";
+  c.n_ff_expert = static_cast<int32_t>(f.get_u64(p + width));
+  c.expert_weights_norm = norm;
+  if (c.n_expert < 1 || c.n_expert > 256 || c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.n_ff_expert < 1)
+    throw Error(str_cat(f.name(), ": ", p, "expert_used_count ", c.n_expert_used, " of expert_count ", c.n_expert,
+                        " (expert width ", c.n_ff_expert, ") is not a valid mixture of experts"));
 }
 
 }  // namespace ridge

@@ -24,5 +24,15 @@ void configure_llama(const gguf::File& file, ModelConfig& config);
 void configure_qwen2(const gguf::File& file, ModelConfig& config);
 void configure_qwen3(const gguf::File& file, ModelConfig& config);
 void configure_gemma3(const gguf::File& file, ModelConfig& config);
+void configure_gemma2(const gguf::File& file, ModelConfig& config);
+void configure_phi3(const gguf::File& file, ModelConfig& config);
+void configure_qwen3moe(const gguf::File& file, ModelConfig& config);
+void configure_olmoe(const gguf::File& file, ModelConfig& config);
+
+// The mixture-of-experts hyper-parameters (<arch>.expert_count, expert_used_count, and the
+// expert width: expert_feed_forward_length where the converter writes one, as for
+// Qwen3-MoE, else feed_forward_length, as for Mixtral and OLMoE), when the file has
+// experts; `norm`: renormalise the chosen experts' weights.
+void configure_experts(const gguf::File& file, ModelConfig& config, bool norm);
 
 }  // namespace ridge

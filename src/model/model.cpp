@@ -35,12 +35,26 @@ Model::Model(gguf::File file, const ModelOptions& options)
   k_.resize(t * c.n_kv_head * c.d_head);
   v_.resize(t * c.n_kv_head * c.d_head);
   attn_.resize(t * c.n_head * c.d_head);
-  gate_.resize(t * c.n_ff);
-  up_.resize(t * c.n_ff);
+  gate_.resize(t * std::max(c.n_ff, c.n_ff_expert));
+  up_.resize(t * std::max(c.n_ff, c.n_ff_expert));
+  if (c.n_expert > 0) {
+    router_.resize(t * c.n_expert);
+    expert_first_.resize(static_cast<size_t>(c.n_expert) + 1);
+    expert_tokens_.resize(t * c.n_expert_used);
+    expert_weights_.resize(t * c.n_expert_used);
+    expert_in_.resize(t * c.n_embd);
+    expert_out_.resize(t * c.n_embd);
+    moe_sum_.resize(t * c.n_embd);
+  }
   final_.resize(t * c.n_embd);
   attention_items_.reserve(t);
+  const float* freq_factors = weights_.rope_freqs;
+  if (weights_.rope_factors_long != nullptr) {
+    const int32_t n_ctx = options_.n_ctx > 0 ? options_.n_ctx : c.n_ctx_train;
+    freq_factors = n_ctx > c.n_ctx_orig ? weights_.rope_factors_long : weights_.rope_factors_short;
+  }
   for (const LayerConfig& l : c.layers) {
-    const kernels::RopeParams p{c.rope_mode, c.n_rot,        l.rope_base, l.rope_scale, weights_.rope_freqs,
+    const kernels::RopeParams p{c.rope_mode, c.n_rot,        l.rope_base, l.rope_scale, freq_factors,
                                 l.yarn,      l.yarn_low,     l.yarn_high, l.rope_mscale};
     const auto found = std::find(rope_params_.begin(), rope_params_.end(), p);
     layer_rope_.push_back(static_cast<int>(found - rope_params_.begin()));
@@ -50,11 +64,17 @@ Model::Model(gguf::File file, const ModelOptions& options)
 
   size_t floats = kernels::matmul_scratch_floats(weights_.output);
   size_t shared = kernels::matmul_shared_bytes(weights_.output, options_.max_batch_tokens);
-  for (const LayerWeights& l : weights_.layers)
-    for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down}) {
-      floats = std::max(floats, kernels::matmul_scratch_floats(*w));
-      shared = std::max(shared, kernels::matmul_shared_bytes(*w, options_.max_batch_tokens));
-    }
+  auto size_for = [&](const kernels::WeightMatrix& w) {
+    if (w.data == nullptr) return;  // a dense matrix of a mixture-of-experts layer
+    floats = std::max(floats, kernels::matmul_scratch_floats(w));
+    shared = std::max(shared, kernels::matmul_shared_bytes(w, options_.max_batch_tokens));
+  };
+  for (const LayerWeights& l : weights_.layers) {
+    for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.gate_inp})
+      size_for(*w);
+    for (const ExpertWeights& e : l.experts)
+      for (const kernels::WeightMatrix* w : {&e.w_gate, &e.w_up, &e.w_down}) size_for(*w);
+  }
   scratch_.reserve_shared(shared);
   // The block size is the KV cache's; size for the largest we allow (64).
   floats = std::max(floats, kernels::attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, 64));
@@ -82,6 +102,9 @@ void Model::replace_matrix(const std::string& name, DType dtype, const uint8_t* 
                              : k == "attn_output" ? &l.wo : k == "ffn_gate" ? &l.w_gate : k == "ffn_up" ? &l.w_up
                              : k == "ffn_down" ? &l.w_down : nullptr;
   if (w == nullptr) throw Error(str_cat("replace_matrix: '", name, "' is not a layer matrix of this model"));
+  if (w->data == nullptr)
+    throw Error(str_cat("replace_matrix: '", name, "' is not in this model (its layers are mixtures of experts, "
+                        "which calibration does not support yet)"));
   const kernels::WeightMatrix replaced = kernels::weight_matrix(dtype, w->n_in, w->n_out, data);
   kernels::check_weight_matrix(replaced, name);
   *w = replaced;
@@ -105,11 +128,22 @@ void Model::replace_norm(const std::string& name, const float* data) {
 
 double Model::weight_bytes_per_step() const {
   double bytes = 0;
-  for (const gguf::TensorInfo& t : file_.tensors()) bytes += static_cast<double>(t.nbytes);
+  // Of the experts, a one-token step reads the n_expert_used its router picks.
+  const double active = config_.n_expert > 0 ? double(config_.n_expert_used) / config_.n_expert : 1.0;
+  for (const gguf::TensorInfo& t : file_.tensors())
+    bytes += static_cast<double>(t.nbytes) * (t.name.find("_exps.") != std::string::npos ? active : 1.0);
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
   const bool tied = file_.find_tensor("output.weight") == nullptr;
   if (embd != nullptr && !tied) bytes -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / static_cast<double>(embd->ne[1]));
   return bytes + converted_bytes_delta_;
+}
+
+double Model::active_expert_bytes_per_step() const {
+  if (config_.n_expert == 0) return 0;
+  double bytes = 0;
+  for (const gguf::TensorInfo& t : file_.tensors())
+    if (t.name.find("_exps.") != std::string::npos) bytes += static_cast<double>(t.nbytes);
+  return bytes * config_.n_expert_used / config_.n_expert;
 }
 
 KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {
@@ -257,6 +291,10 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
     kernels::rms_norm(q_.data(), w.q_norm, q_.data(), int64_t{n} * c.n_head, c.d_head, c.norm_eps);
     kernels::rms_norm(k_.data(), w.k_norm, k_.data(), int64_t{n} * c.n_kv_head, c.d_head, c.norm_eps);
   }
+  if (c.qk_norm_full) {
+    kernels::rms_norm(q_.data(), w.q_norm, q_.data(), n, q_dim, c.norm_eps);
+    kernels::rms_norm(k_.data(), w.k_norm, k_.data(), n, kv_dim, c.norm_eps);
+  }
   const kernels::RopeParams& rope = rope_params_[layer_rope_[il]];
   kernels::rope_apply(q_.data(), rope_table(layer_rope_[il]), n, c.n_head, c.d_head, rope);
   kernels::rope_apply(k_.data(), rope_table(layer_rope_[il]), n, c.n_kv_head, c.d_head, rope);
@@ -294,6 +332,10 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
 void Model::mlp_layer(int il, int32_t n) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[il];
+  if (!w.experts.empty()) {
+    moe_layer(il, n);
+    return;
+  }
   const int64_t n_ff_total = int64_t{n} * c.n_ff;
   kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kGateUp, h_.data(), n, c.n_embd);

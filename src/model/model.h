@@ -10,6 +10,7 @@
 //   model->forward(b, cache, logits.data());      // writes K/V, commits the tokens
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -76,6 +77,9 @@ struct ModelOptions {
                                   // model beside its target: one set of threads, never idle-
                                   // spinning against the other's); must outlive the model
   WeightFormat weights = WeightFormat::kAsStored;
+  // The context the model will run with (0: its training context): picks Phi-3 LongRoPE's
+  // long or short factors, as llama.cpp picks them by its -c.
+  int32_t n_ctx = 0;
 };
 
 class Model {
@@ -88,9 +92,15 @@ class Model {
   const gguf::File& file() const { return file_; }
   ThreadPool& pool() { return pool_; }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
-  // Weight bytes one forward step reads: every matrix once, and of an untied token
-  // embedding one row per token (a tied one is the output matrix, read whole).
+  // Weight bytes a one-token forward step reads: every matrix once (of a mixture of
+  // experts, the n_expert_used experts' share: the active bytes), and of an untied token
+  // embedding one row (a tied one is the output matrix, read whole).
   double weight_bytes_per_step() const;
+  // Of weight_bytes_per_step, the experts' share (0 for a dense model).
+  double active_expert_bytes_per_step() const;
+  // Bytes of expert weights the forward passes have read so far: each expert a step runs
+  // counts once, however many of the step's tokens it serves (benchmarks measure reuse).
+  uint64_t expert_bytes_read() const { return expert_bytes_read_.load(std::memory_order_relaxed); }
   WeightFormat weight_format() const { return options_.weights; }
   // Bytes the converted layer matrices take beyond the file's (negative: fewer); 0 as stored.
   double converted_bytes_delta() const { return converted_bytes_delta_; }
@@ -131,6 +141,8 @@ class Model {
   void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
   void mlp_layer(int il, int32_t n_tokens);
+  void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp
+  void route_tokens(int il, int32_t n_tokens);
   float* rope_table(int index) {
     return rope_tables_.data() + static_cast<size_t>(index) * options_.max_batch_tokens * config_.n_rot;
   }
@@ -140,8 +152,10 @@ class Model {
   ModelConfig config_;
   ModelWeights weights_;
   std::vector<std::vector<uint8_t>> converted_;  // layer matrices under WeightFormat::kNf4/kInt8
+  std::vector<std::vector<float>> converted_vectors_;  // and copies of their layers' norms and biases
   double converted_bytes_delta_ = 0;             // their bytes less the file's
   ForwardObserver* observer_ = nullptr;
+  std::atomic<uint64_t> expert_bytes_read_{0};
   std::unique_ptr<ThreadPool> owned_pool_;  // unless ModelOptions::pool was given
   ThreadPool& pool_;
   kernels::Scratch scratch_;
@@ -156,6 +170,15 @@ class Model {
   std::vector<float> gate_;    // [n_tokens][n_ff]
   std::vector<float> up_;      // [n_tokens][n_ff]
   std::vector<float> final_;   // [n_tokens][n_embd] rows that need logits
+  // Mixture of experts: router logits, each expert's tokens (token index and weight,
+  // grouped by expert in expert order), their gathered inputs and outputs, the sum.
+  std::vector<float> router_;                 // [n_tokens][n_expert]
+  std::vector<int32_t> expert_first_;         // [n_expert + 1] offsets into the lists
+  std::vector<int32_t> expert_tokens_;        // [n_tokens * n_expert_used]
+  std::vector<float> expert_weights_;         // [n_tokens * n_expert_used]
+  std::vector<float> expert_in_;              // [n_tokens][n_embd]
+  std::vector<float> expert_out_;             // [n_tokens][n_embd]
+  std::vector<float> moe_sum_;                // [n_tokens][n_embd]
   std::vector<kernels::AttentionSequence> attention_items_;  // one per batch sequence
 
   // RoPE angles: computed once per step for each distinct layer setting (Gemma 3 has a

@@ -32,10 +32,29 @@ void Model::convert_layer_matrices(DType dtype) {
   static constexpr const char* kNames[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
   for (size_t il = 0; il < weights_.layers.size(); ++il) {
     LayerWeights& l = weights_.layers[il];
-    kernels::WeightMatrix* matrices[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
-    for (size_t m = 0; m < std::size(matrices); ++m) {
-      kernels::WeightMatrix& w = *matrices[m];
-      const std::string name = str_cat("blk.", il, ".", kNames[m], ".weight");
+    // The layer's small vectors are copied too: a forward pass that read them in the file
+    // would map back their neighbours, the dropped matrices (the kernel maps whole folios
+    // around a faulting page, up to 2 MiB).
+    const int64_t q_dim = int64_t{config_.n_head} * config_.d_head, kv_dim = int64_t{config_.n_kv_head} * config_.d_head;
+    const int64_t qk_norm = config_.qk_norm ? config_.d_head : 0;
+    const std::pair<const float**, int64_t> vectors[] = {
+        {&l.attn_norm, config_.n_embd}, {&l.bq, q_dim}, {&l.bk, kv_dim}, {&l.bv, kv_dim},
+        {&l.q_norm, qk_norm > 0 ? qk_norm : q_dim}, {&l.k_norm, qk_norm > 0 ? qk_norm : kv_dim},
+        {&l.post_attn_norm, config_.n_embd}, {&l.ffn_norm, config_.n_embd}, {&l.post_ffn_norm, config_.n_embd}};
+    for (const auto& [vector, n] : vectors)
+      if (*vector != nullptr) *vector = converted_vectors_.emplace_back(*vector, *vector + n).data();
+    std::vector<std::pair<kernels::WeightMatrix*, std::string>> matrices;
+    kernels::WeightMatrix* dense[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
+    for (size_t m = 0; m < std::size(dense); ++m)
+      if (dense[m]->data != nullptr) matrices.emplace_back(dense[m], str_cat("blk.", il, ".", kNames[m], ".weight"));
+    for (size_t e = 0; e < l.experts.size(); ++e) {  // the router stays as stored
+      ExpertWeights& x = l.experts[e];
+      matrices.emplace_back(&x.w_gate, str_cat("blk.", il, ".ffn_gate_exps.weight[", e, "]"));
+      matrices.emplace_back(&x.w_up, str_cat("blk.", il, ".ffn_up_exps.weight[", e, "]"));
+      matrices.emplace_back(&x.w_down, str_cat("blk.", il, ".ffn_down_exps.weight[", e, "]"));
+    }
+    for (auto& [matrix, name] : matrices) {
+      kernels::WeightMatrix& w = *matrix;
       if (w.n_in % block != 0)
         throw Error(str_cat(file_.name(), ": ", name, " has ", w.n_in, " columns, not a multiple of ",
                             dtype_name(dtype), "'s block of ", block, "; cannot load it as ", dtype_name(dtype)));
@@ -54,7 +73,7 @@ void Model::convert_layer_matrices(DType dtype) {
         }
       });
       converted_bytes_delta_ += static_cast<double>(bytes.size()) - static_cast<double>(w.row_bytes * w.n_out);
-      if (const gguf::TensorInfo* t = file_.find_tensor(name)) file_.drop_pages(*t);
+      if (const gguf::TensorInfo* t = file_.find_tensor(name)) file_.drop_pages(*t);  // not fused, not experts
       w = kernels::weight_matrix(dtype, w.n_in, w.n_out, bytes.data());
     }
   }

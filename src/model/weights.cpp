@@ -41,6 +41,18 @@ class Loader {
     return w;
   }
 
+  // A stack of n matrices (ne = [n_in, n_out, n]): one zero-copy view per matrix.
+  std::vector<kernels::WeightMatrix> matrices(const std::string& name, int64_t n_in, int64_t n_out, int64_t n) {
+    const gguf::TensorInfo& t = tensor(name, {n_in, n_out, n});
+    const size_t row = row_size(t.dtype, n_in);
+    std::vector<kernels::WeightMatrix> views;
+    for (int64_t e = 0; e < n; ++e) {
+      views.push_back({t.dtype, n_in, n_out, t.data + static_cast<size_t>(e * n_out) * row, row});
+      kernels::check_weight_matrix(views.back(), name);
+    }
+    return views;
+  }
+
   // A 1-D vector (norm weight, bias) as f32: the mapping itself when stored as f32.
   const float* vector(const std::string& name, int64_t n) {
     const gguf::TensorInfo& t = tensor(name, {n});
@@ -67,6 +79,11 @@ class Loader {
   std::set<std::string> used_;
 };
 
+// Rows [first, first + n) of a matrix: one part of a fused tensor, zero-copy.
+kernels::WeightMatrix rows(const kernels::WeightMatrix& w, int64_t first, int64_t n) {
+  return {w.dtype, w.n_in, n, w.data + static_cast<size_t>(first) * w.row_bytes, w.row_bytes};
+}
+
 }  // namespace
 
 ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
@@ -78,29 +95,56 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
   w.output_norm = ld.vector("output_norm.weight", c.n_embd);
   w.output = ld.has("output.weight") ? ld.matrix("output.weight", c.n_embd, c.n_vocab) : w.token_embd;
   if (ld.has("rope_freqs.weight")) w.rope_freqs = ld.vector("rope_freqs.weight", c.n_rot / 2);
+  if (ld.has("rope_factors_long.weight") || ld.has("rope_factors_short.weight")) {
+    if (c.arch != "phi3" || w.rope_freqs != nullptr)
+      throw Error(str_cat(f.name(), ": LongRoPE factors (rope_factors_long/short.weight) are only supported for phi3, "
+                          "without rope_freqs.weight"));
+    w.rope_factors_long = ld.vector("rope_factors_long.weight", c.n_rot / 2);
+    w.rope_factors_short = ld.vector("rope_factors_short.weight", c.n_rot / 2);
+  }
   w.layers.resize(c.n_layer);
   for (int il = 0; il < c.n_layer; ++il) {
     LayerWeights& l = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     l.attn_norm = ld.vector(p + "attn_norm.weight", c.n_embd);
-    l.wq = ld.matrix(p + "attn_q.weight", c.n_embd, q_dim);
-    l.wk = ld.matrix(p + "attn_k.weight", c.n_embd, kv_dim);
-    l.wv = ld.matrix(p + "attn_v.weight", c.n_embd, kv_dim);
+    if (c.fused_qkv) {
+      const kernels::WeightMatrix qkv = ld.matrix(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
+      l.wq = rows(qkv, 0, q_dim);
+      l.wk = rows(qkv, q_dim, kv_dim);
+      l.wv = rows(qkv, q_dim + kv_dim, kv_dim);
+    } else {
+      l.wq = ld.matrix(p + "attn_q.weight", c.n_embd, q_dim);
+      l.wk = ld.matrix(p + "attn_k.weight", c.n_embd, kv_dim);
+      l.wv = ld.matrix(p + "attn_v.weight", c.n_embd, kv_dim);
+    }
     if (c.qkv_bias) {
       l.bq = ld.vector(p + "attn_q.bias", q_dim);
       l.bk = ld.vector(p + "attn_k.bias", kv_dim);
       l.bv = ld.vector(p + "attn_v.bias", kv_dim);
     }
-    if (c.qk_norm) {
-      l.q_norm = ld.vector(p + "attn_q_norm.weight", c.d_head);
-      l.k_norm = ld.vector(p + "attn_k_norm.weight", c.d_head);
+    if (c.qk_norm || c.qk_norm_full) {
+      l.q_norm = ld.vector(p + "attn_q_norm.weight", c.qk_norm ? c.d_head : q_dim);
+      l.k_norm = ld.vector(p + "attn_k_norm.weight", c.qk_norm ? c.d_head : kv_dim);
     }
     l.wo = ld.matrix(p + "attn_output.weight", q_dim, c.n_embd);
     if (c.sandwich_norm) l.post_attn_norm = ld.vector(p + "post_attention_norm.weight", c.n_embd);
     l.ffn_norm = ld.vector(p + "ffn_norm.weight", c.n_embd);
-    l.w_gate = ld.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    l.w_up = ld.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
-    l.w_down = ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+    if (c.n_expert > 0) {
+      l.gate_inp = ld.matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
+      const auto gates = ld.matrices(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+      const auto ups = ld.matrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+      const auto downs = ld.matrices(p + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
+      for (int e = 0; e < c.n_expert; ++e) l.experts.push_back({gates[e], ups[e], downs[e]});
+    } else if (c.fused_gate_up) {
+      const kernels::WeightMatrix gate_up = ld.matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff});
+      l.w_gate = rows(gate_up, 0, c.n_ff);
+      l.w_up = rows(gate_up, c.n_ff, c.n_ff);
+      l.w_down = ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+    } else {
+      l.w_gate = ld.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff);
+      l.w_up = ld.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff);
+      l.w_down = ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd);
+    }
     if (c.sandwich_norm) l.post_ffn_norm = ld.vector(p + "post_ffw_norm.weight", c.n_embd);
   }
   ld.check_all_used(c.arch);

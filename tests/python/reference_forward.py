@@ -1,4 +1,5 @@
-"""Independent float64 reference forward pass for GGUF models (llama, qwen2, gemma3).
+"""Independent float64 reference forward pass for GGUF models (llama and Mistral/Mixtral
+as llama.cpp writes them, qwen2, qwen3, qwen3moe, gemma2, gemma3, phi3, olmoe).
 
 Reads a GGUF with the `gguf` package, dequantizes every weight with gguf.quants (float32,
 exactly the values the quant blocks encode) and runs the transformer with float64
@@ -20,6 +21,24 @@ Conventions follow llama.cpp where an architecture leaves a choice open:
   see the last `sliding_window` positions (key j visible to query i iff i - j < window)
   with RoPE base 10000 and no scaling; tied output; final soft-capping only if the
   metadata has final_logit_softcapping.
+- gemma2 (llama.cpp models/gemma2.cpp, HF modeling_gemma2): as gemma3 but no QK norm;
+  even layers (il % 2 == 0) are local; local layers keep the global RoPE base and scale
+  (rope.freq_base_swa if present); attention scores soft-capped (default 50) after the
+  d_head^-0.5 scale (27B, 46 layers: (n_embd/n_head)^-0.5); final soft-capping default 30.
+- llama / mistral / phi3 with <arch>.attention.sliding_window > 0: every layer sees the last
+  `window` positions (HF Mistral and Phi-3; llama.cpp ignores the key for these).
+- qwen3 / qwen3moe: QK RMSNorm per head, NEOX RoPE. olmoe: RMSNorm over the whole q and
+  the whole k vector (all heads at once) before RoPE.
+- phi3: fused attn_qkv (q, k, v rows) and fused ffn_up (gate rows, then up rows).
+- Mixture of experts (llama + expert_count = Mixtral, qwen3moe, olmoe): per token, softmax
+  over ffn_gate_inp's logits, the expert_used_count most probable experts (ties to the
+  lower id), their probabilities renormalised to sum 1 (not for olmoe), times
+  <arch>.expert_weights_scale if set; each expert a SwiGLU FFN.
+- RoPE frequency factors: rope_freqs.weight (Llama 3.x) divides each pair's frequency;
+  rope_factors_long/short.weight (LongRoPE, Phi-3): the long ones when the context the
+  engine runs with (load(n_ctx=...), default the model's context_length, as llama.cpp's
+  -c 0) exceeds rope.scaling.original_context_length, else the short ones; cos and sin are
+  multiplied by rope.scaling.attn_factor (llama.cpp; HF's LongRoPE attention_factor).
 Set RIDGE_REF_BLAS_THREADS to change the BLAS thread count load() sets (default 1).
 """
 
@@ -35,7 +54,7 @@ import numpy as np
 import gguf
 from gguf.quants import dequantize
 
-SUPPORTED_ARCHS = ("llama", "qwen2", "gemma3")
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "olmoe")
 
 # Matrices held as float32 are upcast to float64 in row chunks of about this many
 # elements, so a product never materializes a whole float64 copy of a large matrix.
@@ -99,7 +118,17 @@ class HParams:
     qk_norm: bool = False
     post_norms: bool = False  # gemma3 sandwich norms
     yarn: tuple | None = None  # (original context, beta_fast, beta_slow) when rope scaling is YaRN
+    yarn_swa: tuple | None = None  # the same on sliding-window layers (gemma3: none)
     gelu_ffn: bool = False    # GeGLU (tanh GELU) instead of SwiGLU
+    qk_norm_whole: bool = False  # olmoe: q_norm [n_head*d_head], k_norm [n_head_kv*d_head]
+    fused_gate_up: bool = False  # phi3: ffn_up holds gate and up
+    rope_attn_factor: float = 1.0  # cos/sin multiplier (rope.scaling.attn_factor)
+    n_ctx_orig: int = 0       # rope.scaling.original_context_length (else context_length)
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0         # one expert's FFN width
+    expert_renorm: bool = False  # renormalise the chosen experts' probabilities
+    expert_weights_scale: float = 0.0  # 0 or 1: none
 
 
 class _Metadata:
@@ -143,7 +172,7 @@ def _read_hparams(md: _Metadata) -> HParams:
     tokens_field = md.reader.fields.get("tokenizer.ggml.tokens")
 
     scaling_type = md.get(a + "rope.scaling.type", "linear")
-    if scaling_type not in ("none", "linear", "yarn"):
+    if scaling_type not in ("none", "linear", "yarn", "longrope"):
         raise ReferenceModelError(f"{md.path}: rope scaling type '{scaling_type}' not supported")
     factor = md.get(a + "rope.scaling.factor")
     if factor is None:
@@ -160,7 +189,7 @@ def _read_hparams(md: _Metadata) -> HParams:
         n_ff=md.scalar_int(a + "feed_forward_length"),
         rms_eps=float(md.need(a + "attention.layer_norm_rms_epsilon")),
         n_rot=md.scalar_int(a + "rope.dimension_count", d_head),
-        rope_neox=(arch != "llama"),
+        rope_neox=(arch not in ("llama", "mistral")),
         rope_base=rope_base, rope_scale=rope_scale,
         rope_base_swa=rope_base, rope_scale_swa=rope_scale,
         n_ctx_train=md.scalar_int(a + "context_length", 0),
@@ -172,7 +201,35 @@ def _read_hparams(md: _Metadata) -> HParams:
         yarn=((md.scalar_int(a + "rope.scaling.original_context_length"),
                float(md.get(a + "rope.scaling.yarn_beta_fast", 32.0)), float(md.get(a + "rope.scaling.yarn_beta_slow", 1.0)))
               if scaling_type == "yarn" and rope_scale != 1.0 else None),
+        rope_attn_factor=float(md.get(a + "rope.scaling.attn_factor", 1.0)),
     )
+    hp.yarn_swa = hp.yarn
+    hp.n_ctx_orig = md.scalar_int(a + "rope.scaling.original_context_length", hp.n_ctx_train)
+    _read_experts(md, hp)
+
+    if arch in ("llama", "mistral", "phi3"):
+        window = md.scalar_int(a + "attention.sliding_window", 0)
+        if window > 0:
+            hp.sliding_window = window
+            hp.swa_layers = [True] * n_layer
+    if arch in ("qwen3", "qwen3moe"):
+        hp.qk_norm = True
+    if arch == "olmoe":
+        hp.qk_norm_whole = True
+    if arch == "phi3":
+        hp.fused_gate_up = True
+    if arch == "gemma2":
+        hp.post_norms = True
+        hp.gelu_ffn = True
+        hp.embd_scale = math.sqrt(n_embd)
+        hp.sliding_window = md.scalar_int(a + "attention.sliding_window", 4096)
+        hp.swa_layers = _swa_pattern(md, a + "attention.sliding_window_pattern", n_layer, 2)
+        hp.rope_base_swa = float(md.get(a + "rope.freq_base_swa", rope_base))
+        # llama.cpp's defaults when the keys are missing (Gemma 2's published values).
+        hp.attn_softcap = float(md.get(a + "attn_logit_softcapping", 50.0))
+        hp.final_softcap = float(md.get(a + "final_logit_softcapping", 30.0))
+        if n_layer == 46:
+            hp.attn_scale = 1.0 / math.sqrt(n_embd / n_head)
 
     if arch == "gemma3":
         hp.qk_norm = True
@@ -183,19 +240,45 @@ def _read_hparams(md: _Metadata) -> HParams:
         hp.sliding_window = md.scalar_int(a + "attention.sliding_window")
         # llama.cpp: swa pattern 6, layer il is local iff il % 6 < 5; local layers use
         # base 10000 and scale 1 whatever the global rope says.
-        pattern = md.get(a + "attention.sliding_window_pattern")
-        if isinstance(pattern, list):
-            hp.swa_layers = [bool(x) for x in pattern]
-        else:
-            n_pattern = int(pattern) if pattern is not None else 6
-            hp.swa_layers = [il % n_pattern < n_pattern - 1 for il in range(n_layer)]
+        hp.swa_layers = _swa_pattern(md, a + "attention.sliding_window_pattern", n_layer, 6)
         hp.rope_base_swa = float(md.get(a + "rope.freq_base_swa", 10000.0))
         hp.rope_scale_swa = 1.0
+        hp.yarn_swa = None
         # llama.cpp (after gemma_pytorch config): 27B (62 layers) scales by
         # (n_embd / n_head)^-0.5, every other size by d_head^-0.5.
         if n_layer == 62:
             hp.attn_scale = 1.0 / math.sqrt(n_embd / n_head)
     return hp
+
+
+def _swa_pattern(md: _Metadata, key: str, n_layer: int, default_period: int) -> list:
+    """Which layers are local: the per-layer array if the file has one, else llama.cpp's
+    set_swa_pattern(period): layer il is local iff il % period < period - 1."""
+    pattern = md.get(key)
+    if isinstance(pattern, list):
+        return [bool(x) for x in pattern]
+    n_pattern = int(pattern) if pattern is not None else default_period
+    return [il % n_pattern < n_pattern - 1 for il in range(n_layer)]
+
+
+def _read_experts(md: _Metadata, hp: HParams) -> None:
+    """Mixture-of-experts metadata (Mixtral as arch llama, qwen3moe, olmoe)."""
+    a = hp.arch + "."
+    hp.n_expert = md.scalar_int(a + "expert_count", 0)
+    if hp.n_expert == 0:
+        return
+    hp.n_expert_used = md.scalar_int(a + "expert_used_count")
+    if not 0 < hp.n_expert_used <= hp.n_expert:
+        raise ReferenceModelError(f"{md.path}: {a}expert_used_count {hp.n_expert_used} is not in 1..{hp.n_expert}")
+    gating = md.get(a + "expert_gating_func")
+    if gating not in (None, 1):   # 1: softmax (gguf ExpertGatingFuncType)
+        raise ReferenceModelError(f"{md.path}: {a}expert_gating_func {gating} is not supported (softmax only)")
+    # llama.cpp (models/qwen3moe.cpp): expert width from expert_feed_forward_length, else
+    # n_ff / n_expert_used; llama (Mixtral) and olmoe use feed_forward_length.
+    default_ff = hp.n_ff // hp.n_expert_used if hp.arch == "qwen3moe" else hp.n_ff
+    hp.n_ff_exp = md.scalar_int(a + "expert_feed_forward_length", default_ff)
+    hp.expert_renorm = hp.arch != "olmoe"
+    hp.expert_weights_scale = float(md.get(a + "expert_weights_scale", 0.0))
 
 
 class _Weights:
@@ -239,13 +322,17 @@ class _Layer:
     bv: np.ndarray | None
     bo: np.ndarray | None
     ffn_norm: np.ndarray
-    w_gate: np.ndarray          # [n_ff, n_embd]
-    w_up: np.ndarray            # [n_ff, n_embd]
-    w_down: np.ndarray          # [n_embd, n_ff]
-    q_norm: np.ndarray | None = None   # [d_head]
-    k_norm: np.ndarray | None = None   # [d_head]
+    w_gate: np.ndarray | None   # [n_ff, n_embd]; None in MoE layers
+    w_up: np.ndarray | None     # [n_ff, n_embd]
+    w_down: np.ndarray | None   # [n_embd, n_ff]
+    q_norm: np.ndarray | None = None   # [d_head] (olmoe: [n_head * d_head])
+    k_norm: np.ndarray | None = None   # [d_head] (olmoe: [n_head_kv * d_head])
     post_attn_norm: np.ndarray | None = None
     post_ffn_norm: np.ndarray | None = None
+    gate_inp: np.ndarray | None = None   # [n_expert, n_embd]
+    gate_exps: np.ndarray | None = None  # [n_expert, n_ff_exp, n_embd]
+    up_exps: np.ndarray | None = None    # [n_expert, n_ff_exp, n_embd]
+    down_exps: np.ndarray | None = None  # [n_expert, n_embd, n_ff_exp]
 
 
 class KvCache:
@@ -303,13 +390,16 @@ def _yarn_inv_freq(inv_freq: np.ndarray, n_rot: int, base: float, scale: float, 
 
 
 def _rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, scale: float,
-          neox: bool, freq_factors: np.ndarray | None, yarn: tuple | None = None) -> np.ndarray:
-    """x [n, heads, d]; rotates the first n_rot dims of each head by angle pos*scale*theta_i."""
+          neox: bool, freq_factors: np.ndarray | None, yarn: tuple | None = None,
+          attn_factor: float = 1.0) -> np.ndarray:
+    """x [n, heads, d]; rotates the first n_rot dims of each head by angle pos*scale*theta_i;
+    cos and sin are multiplied by attn_factor (and by YaRN's own factor)."""
     half = n_rot // 2
     inv_freq = base ** (-2.0 * np.arange(half, dtype=np.float64) / n_rot)
-    mscale = 1.0
+    mscale = attn_factor
     if yarn is not None:
-        inv_freq, mscale = _yarn_inv_freq(inv_freq, n_rot, base, scale, yarn)
+        inv_freq, yarn_mscale = _yarn_inv_freq(inv_freq, n_rot, base, scale, yarn)
+        mscale *= yarn_mscale
         scale = 1.0
     if freq_factors is not None:
         inv_freq = inv_freq / freq_factors[:half]
@@ -329,7 +419,7 @@ def _rope(x: np.ndarray, pos: np.ndarray, n_rot: int, base: float, scale: float,
 
 
 class Model:
-    def __init__(self, path: str, weight_dtype=None):
+    def __init__(self, path: str, weight_dtype=None, n_ctx: int | None = None):
         reader = gguf.GGUFReader(path)
         md = _Metadata(reader, path)
         hp = _read_hparams(md)
@@ -356,24 +446,31 @@ class Model:
         self.layers = []
         for il in range(hp.n_layer):
             b = f"blk.{il}."
+            wq, wk, wv = self._qkv_weights(b)
+            w_gate, w_up, w_down = self._dense_ffn_weights(b) if hp.n_expert == 0 else (None, None, None)
             layer = _Layer(
                 attn_norm=ws.get(b + "attn_norm.weight", (e,)),
-                wq=ws.get(b + "attn_q.weight", (nh * dh, e)),
-                wk=ws.get(b + "attn_k.weight", (nkv * dh, e)),
-                wv=ws.get(b + "attn_v.weight", (nkv * dv, e)),
+                wq=wq, wk=wk, wv=wv,
                 wo=ws.get(b + "attn_output.weight", (e, nh * dv)),
                 bq=opt(b + "attn_q.bias", (nh * dh,)),
                 bk=opt(b + "attn_k.bias", (nkv * dh,)),
                 bv=opt(b + "attn_v.bias", (nkv * dv,)),
                 bo=opt(b + "attn_output.bias", (e,)),
                 ffn_norm=ws.get(b + "ffn_norm.weight", (e,)),
-                w_gate=ws.get(b + "ffn_gate.weight", (ff, e)),
-                w_up=ws.get(b + "ffn_up.weight", (ff, e)),
-                w_down=ws.get(b + "ffn_down.weight", (e, ff)),
+                w_gate=w_gate, w_up=w_up, w_down=w_down,
             )
             if hp.qk_norm:
                 layer.q_norm = ws.get(b + "attn_q_norm.weight", (dh,))
                 layer.k_norm = ws.get(b + "attn_k_norm.weight", (dh,))
+            if hp.qk_norm_whole:
+                layer.q_norm = ws.get(b + "attn_q_norm.weight", (nh * dh,))
+                layer.k_norm = ws.get(b + "attn_k_norm.weight", (nkv * dh,))
+            if hp.n_expert:
+                ne, fe = hp.n_expert, hp.n_ff_exp
+                layer.gate_inp = ws.get(b + "ffn_gate_inp.weight", (ne, e))
+                layer.gate_exps = ws.get(b + "ffn_gate_exps.weight", (ne, fe, e))
+                layer.up_exps = ws.get(b + "ffn_up_exps.weight", (ne, fe, e))
+                layer.down_exps = ws.get(b + "ffn_down_exps.weight", (ne, e, fe))
             if hp.post_norms:
                 layer.post_attn_norm = ws.get(b + "post_attention_norm.weight", (e,))
                 layer.post_ffn_norm = ws.get(b + "post_ffw_norm.weight", (e,))
@@ -384,22 +481,48 @@ class Model:
         self.output = ws.get("token_embd.weight" if self.tied_output else "output.weight",
                              (hp.n_vocab, e))
         self.rope_freqs = opt("rope_freqs.weight", (hp.n_rot // 2,))
+        if ws.has("rope_factors_long.weight") or ws.has("rope_factors_short.weight"):
+            if self.rope_freqs is not None:
+                raise ReferenceModelError(f"{path}: both rope_freqs.weight and LongRoPE factors")
+            self.n_ctx = hp.n_ctx_train if n_ctx is None else int(n_ctx)
+            which = "long" if self.n_ctx > hp.n_ctx_orig else "short"
+            self.rope_freqs = ws.get(f"rope_factors_{which}.weight", (hp.n_rot // 2,))
+        self.min_router_margin = math.inf   # smallest gap between the k-th and (k+1)-th expert probability
 
         n_weights = self.output.size + sum(
-            getattr(l, f).size for l in self.layers
-            for f in ("wq", "wk", "wv", "wo", "w_gate", "w_up", "w_down"))
+            v.size for l in self.layers for v in vars(l).values() if v is not None and v.ndim >= 2)
         if weight_dtype is None:
             weight_dtype = np.float64 if n_weights * 8 <= _F64_WEIGHT_BUDGET_BYTES else np.float32
         self.weight_dtype = np.dtype(weight_dtype)
         for layer in self.layers:
             for f, v in vars(layer).items():
                 if v is not None:
-                    big = v.ndim == 2
+                    big = v.ndim >= 2
                     setattr(layer, f, v.astype(self.weight_dtype if big else np.float64))
         self.output_norm = self.output_norm.astype(np.float64)
         self.output = self.output.astype(self.weight_dtype)
         if self.rope_freqs is not None:
             self.rope_freqs = self.rope_freqs.astype(np.float64)
+
+    def _qkv_weights(self, b: str):
+        """wq, wk, wv; split from a fused attn_qkv (rows q, then k, then v) if that is stored."""
+        hp, ws = self.hparams, self._weights
+        e, nq, nk, nv = hp.n_embd, hp.n_head * hp.d_head, hp.n_head_kv * hp.d_head, hp.n_head_kv * hp.d_value
+        if ws.has(b + "attn_qkv.weight"):
+            w = ws.get(b + "attn_qkv.weight", (nq + nk + nv, e))
+            return w[:nq], w[nq:nq + nk], w[nq + nk:]
+        return (ws.get(b + "attn_q.weight", (nq, e)), ws.get(b + "attn_k.weight", (nk, e)),
+                ws.get(b + "attn_v.weight", (nv, e)))
+
+    def _dense_ffn_weights(self, b: str):
+        """w_gate, w_up, w_down; phi3 stores gate and up as one ffn_up [2 n_ff rows]."""
+        hp, ws = self.hparams, self._weights
+        e, ff = hp.n_embd, hp.n_ff
+        down = ws.get(b + "ffn_down.weight", (e, ff))
+        if hp.fused_gate_up:
+            w = ws.get(b + "ffn_up.weight", (2 * ff, e))
+            return w[:ff], w[ff:], down
+        return ws.get(b + "ffn_gate.weight", (ff, e)), ws.get(b + "ffn_up.weight", (ff, e)), down
 
     # --- token embedding -------------------------------------------------------------
 
@@ -428,6 +551,9 @@ class Model:
             k += L.bk
         if L.bv is not None:
             v += L.bv
+        if hp.qk_norm_whole:
+            q = _rms_norm(q, L.q_norm, hp.rms_eps)
+            k = _rms_norm(k, L.k_norm, hp.rms_eps)
         q = q.reshape(n, hp.n_head, hp.d_head)
         k = k.reshape(n, hp.n_head_kv, hp.d_head)
         v = v.reshape(n, hp.n_head_kv, hp.d_value)
@@ -438,9 +564,9 @@ class Model:
         swa = hp.swa_layers[il]
         base = hp.rope_base_swa if swa else hp.rope_base
         scale = hp.rope_scale_swa if swa else hp.rope_scale
-        yarn = None if swa else hp.yarn
-        q = _rope(q, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn)
-        k = _rope(k, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn)
+        yarn = hp.yarn_swa if swa else hp.yarn
+        q = _rope(q, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn, hp.rope_attn_factor)
+        k = _rope(k, pos, hp.n_rot, base, scale, hp.rope_neox, self.rope_freqs, yarn, hp.rope_attn_factor)
 
         if cache.k[il] is None:
             cache.k[il], cache.v[il] = k, v
@@ -475,9 +601,39 @@ class Model:
 
     def _ffn(self, il: int, h: np.ndarray) -> np.ndarray:
         L = self.layers[il]
+        if L.gate_inp is not None:
+            return self._moe_ffn(L, h)
         gate = _matmul(h, L.w_gate)
         act = _gelu_tanh(gate) if self.hparams.gelu_ffn else _silu(gate)
         return _matmul(act * _matmul(h, L.w_up), L.w_down)
+
+    def _moe_ffn(self, L: _Layer, h: np.ndarray) -> np.ndarray:
+        """Each token goes to its n_expert_used most probable experts (softmax over the
+        router logits), weighted by their probabilities (renormalised if the family does)."""
+        hp = self.hparams
+        k = hp.n_expert_used
+        logits = _matmul(h, L.gate_inp)                                  # [n, n_expert]
+        probs = np.exp(logits - logits.max(axis=1, keepdims=True))
+        probs /= probs.sum(axis=1, keepdims=True)
+        order = np.argsort(-probs, axis=1, kind="stable")                # ties: lower id first
+        chosen = order[:, :k]                                            # [n, k]
+        weights = np.take_along_axis(probs, chosen, axis=1)              # [n, k]
+        if k < hp.n_expert:
+            runner_up = np.take_along_axis(probs, order[:, k:k + 1], axis=1)[:, 0]
+            self.min_router_margin = min(self.min_router_margin, float(np.min(weights[:, -1] - runner_up)))
+        if hp.expert_renorm:
+            weights = weights / weights.sum(axis=1, keepdims=True)
+        if hp.expert_weights_scale not in (0.0, 1.0):
+            weights = weights * hp.expert_weights_scale
+        out = np.zeros_like(h)
+        for e in range(hp.n_expert):
+            rows, slot = np.nonzero(chosen == e)
+            if rows.size == 0:
+                continue
+            x = h[rows]
+            y = _matmul(_silu(_matmul(x, L.gate_exps[e])) * _matmul(x, L.up_exps[e]), L.down_exps[e])
+            out[rows] += weights[rows, slot][:, None] * y
+        return out
 
     # --- public ------------------------------------------------------------------------
 
@@ -561,11 +717,13 @@ def _gpt2_unicode_to_byte() -> dict:
     return {chr(c): b for b, c in zip(bs, cs)}
 
 
-def load(path: str, weight_dtype=None) -> Model:
+def load(path: str, weight_dtype=None, n_ctx: int | None = None) -> Model:
     """Loads a GGUF. weight_dtype None: float64 weights when they fit in ~3 GiB, else
-    float32 upcast chunk by chunk at each product (same results, less memory)."""
+    float32 upcast chunk by chunk at each product (same results, less memory). n_ctx: the
+    context size the engine under test runs with; it only picks LongRoPE's long or short
+    factors (default: the model's context_length)."""
     limit_blas_threads(int(os.environ.get("RIDGE_REF_BLAS_THREADS", "1")))
-    return Model(str(path), weight_dtype)
+    return Model(str(path), weight_dtype, n_ctx)
 
 
 def greedy(model: Model, prompt_tokens, n: int, cache: KvCache | None = None) -> list[int]:

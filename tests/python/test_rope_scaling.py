@@ -107,8 +107,8 @@ def test_a_tensor_nothing_reads_is_refused(tmp_path):
 @pytest.mark.parametrize("metadata,phrase", [
     ({"llama.attn_logit_softcapping": 50.0}, "llama.attn_logit_softcapping is set, and ridge's llama model does not implement it"),
     ({"llama.final_logit_softcapping": 30.0}, "llama.final_logit_softcapping is set"),
-    ({"llama.expert_count": 8}, "llama.expert_count is set, and ridge's llama model does not implement it; refusing to run "
-                                "without it (mixture of experts is not supported yet)"),
+    ({"llama.expert_shared_count": 2}, "llama.expert_shared_count is set, and ridge's llama model does not implement it; "
+                                       "refusing to run without it"),
     ({"llama.rope.scaling.attn_factor": 1.2}, "llama.rope.scaling.attn_factor 1.2 is not supported"),
     ({"llama.rope.scaling.type": "longrope"}, "llama.rope.scaling.type 'longrope' is not supported (none, linear, yarn)"),
     ({"llama.rope.scaling.type": "yarn", "llama.rope.scaling.factor": 4.0},

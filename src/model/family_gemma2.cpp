@@ -1,0 +1,25 @@
+// Gemma 2: embeddings scaled by sqrt(n_embd), "sandwich" norms, GeGLU with tanh-GELU, tied
+// output, soft-capping of the attention logits and of the final logits, and layers that
+// alternate a sliding window (even layers, as llama.cpp's pattern of 2) with global
+// attention, all with the file's RoPE. No q/k norms.
+#include <cmath>
+
+#include "core/error.h"
+#include "gguf/gguf.h"
+#include "model/families.h"
+
+namespace ridge {
+
+void configure_gemma2(const gguf::File& f, ModelConfig& c) {
+  c.rope_mode = kernels::RopeMode::Neox;
+  c.activation = Activation::kGelu;
+  c.sandwich_norm = true;
+  c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+  const int64_t window = f.get_i64("gemma2.attention.sliding_window", 0);
+  if (window <= 0) throw Error(str_cat(f.name(), ": gemma2.attention.sliding_window is missing or not positive"));
+  for (int il = 0; il < c.n_layer; il += 2) c.layers[il].window = static_cast<int32_t>(window);
+  c.final_softcap = static_cast<float>(f.get_f64("gemma2.final_logit_softcapping", 0.0));
+  c.attn_softcap = static_cast<float>(f.get_f64("gemma2.attn_logit_softcapping", 0.0));
+}
+
+}  // namespace ridge

@@ -1,0 +1,97 @@
+// Mixture-of-experts layers (Mixtral, Qwen3-MoE, OLMoE): each token's MLP output is the
+// weighted sum of the experts its router ranks highest. On a memory-bound CPU the point is
+// to read each expert's weights once per step: the batch's tokens are grouped by expert,
+// and each chosen expert runs one matmul over all of its tokens.
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "kernels/matmul.h"
+#include "kernels/ops.h"
+#include "model/model.h"
+
+namespace ridge {
+
+// Router: softmax over all experts, the n_expert_used most probable (ties: lower index),
+// their probabilities renormalised to sum 1 when the family does. Fills the per-expert
+// token lists in expert order, each list in token order.
+void Model::route_tokens(int il, int32_t n) {
+  const ModelConfig& c = config_;
+  kernels::matmul(weights_.layers[il].gate_inp, h_.data(), router_.data(), n, pool_, scratch_);
+  const int32_t k = c.n_expert_used;
+  std::fill(expert_first_.begin(), expert_first_.end(), 0);
+  int32_t chosen[256];
+  float probs[256];
+  // Pass 1 counts each expert's tokens, pass 2 fills the lists at the offsets.
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int32_t>& next = expert_first_;
+    for (int32_t t = 0; t < n; ++t) {
+      const float* logits = router_.data() + static_cast<size_t>(t) * c.n_expert;
+      const float max = *std::max_element(logits, logits + c.n_expert);
+      double total = 0;
+      for (int32_t e = 0; e < c.n_expert; ++e) total += std::exp(static_cast<double>(logits[e] - max));
+      for (int32_t e = 0; e < c.n_expert; ++e) {
+        probs[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - max)) / total);
+        chosen[e] = e;
+      }
+      std::partial_sort(chosen, chosen + k, chosen + c.n_expert, [&](int32_t a, int32_t b) {
+        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+      });
+      double chosen_sum = 0;
+      for (int32_t j = 0; j < k; ++j) chosen_sum += probs[chosen[j]];
+      for (int32_t j = 0; j < k; ++j) {
+        const int32_t e = chosen[j];
+        if (pass == 0) {
+          ++next[e + 1];
+        } else {
+          const int32_t at = next[e]++;
+          expert_tokens_[at] = t;
+          expert_weights_[at] =
+              c.expert_weights_norm ? static_cast<float>(probs[e] / chosen_sum) : probs[e];
+        }
+      }
+    }
+    if (pass == 0)  // counts -> start offsets
+      for (int32_t e = 0; e < c.n_expert; ++e) next[e + 1] += next[e];
+  }
+  // Pass 2 advanced each start to the next expert's start; shift back.
+  for (int32_t e = c.n_expert; e > 0; --e) expert_first_[e] = expert_first_[e - 1];
+  expert_first_[0] = 0;
+}
+
+void Model::moe_layer(int il, int32_t n) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[il];
+  kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  route_tokens(il, n);
+  std::fill(moe_sum_.begin(), moe_sum_.begin() + static_cast<size_t>(n) * c.n_embd, 0.0f);
+  const size_t row = static_cast<size_t>(c.n_embd);
+  // Experts in order, so each token's sum runs in expert order whatever its batch.
+  for (int32_t e = 0; e < c.n_expert; ++e) {
+    const int32_t first = expert_first_[e], m = expert_first_[e + 1] - first;
+    if (m == 0) continue;
+    const ExpertWeights& x = w.experts[static_cast<size_t>(e)];
+    expert_bytes_read_.fetch_add((x.w_gate.n_out + x.w_up.n_out) * x.w_gate.row_bytes + x.w_down.n_out * x.w_down.row_bytes,
+                                 std::memory_order_relaxed);
+    for (int32_t j = 0; j < m; ++j)
+      std::memcpy(expert_in_.data() + j * row, h_.data() + expert_tokens_[first + j] * row, row * sizeof(float));
+    const kernels::WeightMatrix* ws[] = {&x.w_gate, &x.w_up};
+    float* ys[] = {gate_.data(), up_.data()};
+    kernels::matmul_group(ws, expert_in_.data(), ys, m, pool_, scratch_);
+    const int64_t n_ff = int64_t{m} * c.n_ff_expert;
+    if (c.activation == Activation::kGelu)
+      kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff);
+    else
+      kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff);
+    kernels::matmul(x.w_down, gate_.data(), expert_out_.data(), m, pool_, scratch_);
+    for (int32_t j = 0; j < m; ++j) {
+      const float weight = expert_weights_[first + j];
+      const float* out = expert_out_.data() + j * row;
+      float* sum = moe_sum_.data() + expert_tokens_[first + j] * row;
+      for (size_t i = 0; i < row; ++i) sum[i] += weight * out[i];
+    }
+  }
+  kernels::add(x_.data(), moe_sum_.data(), x_.data(), int64_t{n} * c.n_embd);
+}
+
+}  // namespace ridge

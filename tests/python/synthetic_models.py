@@ -1,0 +1,393 @@
+"""Small random-weight GGUF models in the exact layout llama.cpp's converter writes for
+each model family, so that ridge can be checked on the families users bring without
+downloading them.
+
+    import synthetic_models as sm
+    info = sm.write_model(tmp_path / "qwen3.gguf", "qwen3")               # F32, seed fixed
+    info = sm.write_model(tmp_path / "q.gguf", "qwen3", rope_scaling="yarn", dtype="f16")
+    info["n_vocab"], info["sliding_window"]                                # what tests need
+
+Every tensor name, shape (ggml order [in, out], experts [in, out, n_expert]), dtype rule
+and metadata key below is what llama.cpp's convert_hf_to_gguf.py writes for the family
+(as of the checkout in ~/.cache/ridge/llamacpp-src: conversion/{base,llama,qwen,gemma,
+phi,olmo}.py, gguf-py/gguf/constants.py) and what src/models/<family>.cpp reads. Only the
+sizes are shrunk. The tokenizer metadata is copied unchanged from a real vocabulary in
+fixtures/vocab (the closest one to the family's own tokenizer), so n_vocab is that
+vocabulary's size. Weights are normal(0, 0.1) with a fixed seed per family (norm weights
+1 + normal(0, 0.1)), which keeps attention scores and logits of order 1.
+
+family    arch      layout (tensors per layer; keys beyond block/context/embedding/ffn/heads/eps)
+--------  --------  ---------------------------------------------------------------------------
+llama     llama     Llama 3.2. attn_q/k/v/output, ffn_gate/up/down; global rope_freqs.weight
+                    [d_head/2] (llama3 factors), no output.weight (tied); llama.vocab_size,
+                    rope.dimension_count, key/value_length, rope.freq_base 500000.
+                    [conversion/llama.py LlamaModel.generate_extra_tensors; models/llama.cpp]
+mistral   llama     Mistral 7B v0.1: MistralForCausalLM converts to arch "llama" (llama.cpp has
+                    no "mistral" arch), output.weight, and NO sliding-window key: llama.cpp drops
+                    HF's sliding_window 4096 and models/llama.cpp reads none. sliding_window=N
+                    adds llama.attention.sliding_window (HF's window on every layer; ridge reads
+                    it). [conversion/__init__.py, conversion/llama.py]
+qwen3     qwen3     Qwen3 0.6B. attn_q_norm/attn_k_norm [d_head], no biases, n_head*d_head !=
+                    n_embd, key/value_length, rope.freq_base 1e6, NEOX RoPE, tied output;
+                    rope_scaling="yarn": rope.scaling.type/factor/original_context_length.
+                    [conversion/qwen.py Qwen3Model, conversion/base.py; models/qwen3.cpp]
+gemma2    gemma2    attn_*, post_attention_norm, ffn_norm, post_ffw_norm, ffn_gate/up/down,
+                    tied; attn/final_logit_softcapping 50/30, attention.sliding_window,
+                    key/value_length, no rope keys (base 10000), add_space_prefix false; norm
+                    weights stored +1. Math: embd * sqrt(n_embd), even layers local (swa
+                    pattern 2), q * d_head^-0.5, GELU-tanh GLU.
+                    [conversion/gemma.py Gemma2Model; models/gemma2.cpp]
+phi3      phi3      Phi-3.5-mini. attn_qkv [n_embd, n_embd + 2 n_embd_kv] (q, k, v rows),
+                    ffn_up [n_embd, 2 n_ff] (gate rows, then up rows), output.weight;
+                    LongRoPE: global rope_factors_long/short.weight [n_rot/2],
+                    rope.scaling.attn_factor sqrt(1 + ln(ctx/orig)/ln(orig)),
+                    rope.scaling.original_context_length, and NO rope.scaling.type key;
+                    attention.sliding_window 262144 (llama.cpp ignores phi3's window).
+                    [conversion/phi.py Phi3MiniModel; models/phi3.cpp (ggml_swiglu)]
+qwen3moe  qwen3moe  qwen3 attention; ffn_gate_inp [n_embd, n_expert] (always F32),
+                    ffn_gate_exps/ffn_up_exps [n_embd, n_ff_exp, n_expert], ffn_down_exps
+                    [n_ff_exp, n_embd, n_expert]; expert_count, expert_used_count,
+                    expert_feed_forward_length; output.weight. Softmax, top-k, renormalised.
+                    [conversion/qwen.py Qwen2MoeModel/Qwen3MoeModel; models/qwen3moe.cpp]
+mixtral   llama     Mixtral 8x7B: arch "llama" + llama.expert_count/expert_used_count,
+                    feed_forward_length = one expert's width, the expert tensors above,
+                    output.weight. Softmax, top-k, renormalised.
+                    [conversion/llama.py (block_sparse_moe merge); models/llama.cpp MoE branch]
+olmoe     olmoe     OLMoE-1B-7B. attn_q_norm/attn_k_norm [n_embd] over the whole q / k vector
+                    (so llama.cpp needs n_head_kv == n_head), the expert tensors above with
+                    feed_forward_length = one expert's width (no expert_feed_forward_length),
+                    output.weight required, rms eps 1e-5. Softmax, top-k, NOT renormalised.
+                    [conversion/olmo.py OlmoeModel; models/olmoe.cpp]
+
+Vocabularies: llama, mistral, mixtral, gemma2 use ggml-vocab-llama-spm (SentencePiece;
+Gemma's own 256k SPM vocabulary is not in the fixtures); phi3 ggml-vocab-phi-3 (its own);
+qwen3, qwen3moe ggml-vocab-gpt-2 (byte-level BPE; Qwen's is not available as a GGUF);
+olmoe ggml-vocab-mpt (GPT-NeoX BPE, the family of OLMoE's tokenizer).
+
+Tensor dtypes follow the converter: 1-D tensors, *_norm.weight and ffn_gate_inp.weight
+are always F32; the other matrices are F32 (dtype="f32", the default) or F16
+(dtype="f16", the converter's --outtype f16), and general.file_type says which.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import zlib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[2]
+VOCAB_DIR = ROOT.parent / "shared" / "fixtures" / "vocab"
+
+
+@dataclass(frozen=True)
+class FamilySpec:
+    arch: str
+    vocab: str                     # fixtures/vocab file the tokenizer metadata comes from
+    n_embd: int
+    n_head: int
+    n_head_kv: int
+    d_head: int
+    n_layer: int
+    n_ff: int
+    rope_base: float | None        # None: the converter writes no rope.freq_base
+    rms_eps: float
+    n_ctx_train: int
+    tied_output: bool
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int = 0              # qwen3moe: expert_feed_forward_length
+    sliding_window: int = 0
+    rope_scaling: str | None = None
+    extra_keys: dict = field(default_factory=dict)
+
+
+FAMILIES: dict[str, FamilySpec] = {
+    "llama": FamilySpec("llama", "ggml-vocab-llama-spm.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=16,
+                        n_layer=2, n_ff=128, rope_base=500000.0, rms_eps=1e-5, n_ctx_train=131072,
+                        tied_output=True, rope_scaling="llama3"),
+    "mistral": FamilySpec("llama", "ggml-vocab-llama-spm.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=16,
+                          n_layer=2, n_ff=160, rope_base=10000.0, rms_eps=1e-5, n_ctx_train=32768,
+                          tied_output=False),
+    "qwen3": FamilySpec("qwen3", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                        n_layer=2, n_ff=128, rope_base=1000000.0, rms_eps=1e-6, n_ctx_train=40960,
+                        tied_output=True),
+    "gemma2": FamilySpec("gemma2", "ggml-vocab-llama-spm.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                         n_layer=4, n_ff=128, rope_base=None, rms_eps=1e-6, n_ctx_train=8192,
+                         tied_output=True, sliding_window=16),
+    "phi3": FamilySpec("phi3", "ggml-vocab-phi-3.gguf", n_embd=96, n_head=6, n_head_kv=2, d_head=16,
+                       n_layer=2, n_ff=192, rope_base=10000.0, rms_eps=1e-5, n_ctx_train=4096,
+                       tied_output=False, sliding_window=262144, rope_scaling="longrope"),
+    "qwen3moe": FamilySpec("qwen3moe", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                           n_layer=2, n_ff=192, rope_base=1000000.0, rms_eps=1e-6, n_ctx_train=40960,
+                           tied_output=False, n_expert=8, n_expert_used=2, n_ff_exp=48),
+    "mixtral": FamilySpec("llama", "ggml-vocab-llama-spm.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=16,
+                          n_layer=2, n_ff=64, rope_base=1000000.0, rms_eps=1e-5, n_ctx_train=32768,
+                          tied_output=False, n_expert=8, n_expert_used=2),
+    "olmoe": FamilySpec("olmoe", "ggml-vocab-mpt.gguf", n_embd=64, n_head=4, n_head_kv=4, d_head=16,
+                        n_layer=2, n_ff=48, rope_base=10000.0, rms_eps=1e-5, n_ctx_train=4096,
+                        tied_output=False, n_expert=8, n_expert_used=2),
+}
+
+# Llama 3.x frequency factors (conversion/llama.py generate_extra_tensors) with the
+# context shrunk with the model: Llama 3.2 has factor 32 over 8192 tokens; here factor 8
+# over 64 tokens, so that within a 64-token test some pairs keep their frequency, some are
+# divided by 8 and some lie on the smooth ramp between.
+LLAMA3_ROPE = {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+# YaRN as Qwen3 model cards enable it (factor 4 over the native context), shrunk likewise.
+YARN_ROPE = {"factor": 4.0, "original_max_position_embeddings": 32}
+# LongRoPE as Phi-3.5-mini carries it (131072 over 4096), shrunk: 4096 over 32 tokens.
+LONGROPE_ORIGINAL_CONTEXT = 32
+
+OVERRIDABLE = ("n_embd", "n_head", "n_head_kv", "d_head", "n_layer", "n_ff", "n_expert", "n_expert_used",
+               "n_ff_exp", "sliding_window", "rope_scaling", "n_ctx_train", "tied_output", "rope_base")
+
+
+def llama3_rope_factors(d_rot: int, base: float, factor: float, low_freq_factor: float,
+                        high_freq_factor: float, original_max_position_embeddings: int) -> np.ndarray:
+    """rope_freqs.weight as conversion/llama.py computes it from HF's rope_scaling "llama3"."""
+    freqs = 1.0 / (base ** (np.arange(0, d_rot, 2, dtype=np.float32) / d_rot))
+    low_wavelen = original_max_position_embeddings / low_freq_factor
+    high_wavelen = original_max_position_embeddings / high_freq_factor
+    out = []
+    for freq in freqs:
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(factor)
+        else:
+            smooth = (original_max_position_embeddings / wavelen - low_freq_factor) / (high_freq_factor - low_freq_factor)
+            out.append(1.0 / ((1 - smooth) / factor + smooth))
+    return np.array(out, dtype=np.float32)
+
+
+@functools.lru_cache(maxsize=None)
+def _tokenizer_fields(vocab_path: Path) -> tuple:
+    """The tokenizer.* fields of a vocabulary GGUF as (name, value type, value); parsing a
+    50k-token vocabulary takes seconds, so each is read once per process."""
+    import gguf
+
+    reader = gguf.GGUFReader(str(vocab_path))
+    return tuple((f.name, f.types[0], f.contents()) for f in reader.fields.values()
+                 if f.name.startswith("tokenizer."))
+
+
+def _copy_tokenizer(writer, vocab_path: Path) -> int:
+    import gguf
+
+    n_vocab = 0
+    for name, vtype, value in _tokenizer_fields(vocab_path):
+        if vtype == gguf.GGUFValueType.ARRAY:
+            writer.add_array(name, value)
+            if name == "tokenizer.ggml.tokens":
+                n_vocab = len(value)
+        else:
+            writer.add_key_value(name, value, vtype)
+    if n_vocab == 0:
+        raise ValueError(f"{vocab_path}: no tokenizer.ggml.tokens")
+    return n_vocab
+
+
+class _Tensors:
+    """Random tensors in numpy order ([out, in]; experts [n_expert, out, in]) with the
+    converter's dtype rules."""
+
+    def __init__(self, seed: int, f16: bool):
+        self.rng = np.random.default_rng(seed)
+        self.f16 = f16
+        self.items: dict[str, np.ndarray] = {}
+
+    def matrix(self, name: str, *shape: int, std: float = 0.1):
+        w = (self.rng.standard_normal(shape) * std).astype(np.float32)
+        keep_f32 = name.endswith("ffn_gate_inp.weight")
+        self.items[name] = w.astype(np.float16) if self.f16 and not keep_f32 else w
+
+    def norm(self, name: str, n: int):
+        self.items[name] = (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
+
+    def vector(self, name: str, values: np.ndarray):
+        self.items[name] = np.asarray(values, dtype=np.float32)
+
+
+def write_model(path, family: str, **overrides) -> dict:
+    """Writes a random-weight GGUF of `family` (a FAMILIES key) to `path` and returns what
+    a test needs to know about it (arch, n_vocab, sliding_window, ...).
+
+    Overrides: any FamilySpec size or option named in OVERRIDABLE (rope_scaling: None,
+    "llama3", "linear", "yarn", "longrope"), plus dtype ("f32" | "f16"), seed (int),
+    extra_metadata ({key: value}, written as given: str, float -> f32, bool, int -> u32),
+    extra_tensors ({name: float32 array in numpy order}) and drop_tensors ([names]).
+    """
+    import gguf
+
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family '{family}' (known: {', '.join(FAMILIES)})")
+    spec = FAMILIES[family]
+    opts = {k: getattr(spec, k) for k in OVERRIDABLE}
+    dtype = overrides.pop("dtype", "f32")
+    seed = overrides.pop("seed", zlib.crc32(family.encode()))
+    extra_metadata = overrides.pop("extra_metadata", {})
+    extra_tensors = overrides.pop("extra_tensors", {})
+    drop_tensors = set(overrides.pop("drop_tensors", ()))
+    for key, value in overrides.items():
+        if key not in OVERRIDABLE:
+            raise ValueError(f"unknown override '{key}' (known: {', '.join(OVERRIDABLE)}, dtype, seed, "
+                             f"extra_metadata, extra_tensors, drop_tensors)")
+        opts[key] = value
+    if dtype not in ("f32", "f16"):
+        raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
+
+    arch = spec.arch
+    e, nh, nkv, dh, n_layer, n_ff = (opts[k] for k in ("n_embd", "n_head", "n_head_kv", "d_head", "n_layer", "n_ff"))
+    n_expert, n_used = opts["n_expert"], opts["n_expert_used"]
+    rope_scaling, window, n_ctx = opts["rope_scaling"], opts["sliding_window"], opts["n_ctx_train"]
+    if family in ("mistral", "mixtral", "phi3", "olmoe") and nh * dh != e:
+        raise ValueError(f"{family}: llama.cpp derives d_head = n_embd / n_head, so n_head * d_head must be n_embd")
+    if family == "olmoe" and nkv != nh:
+        raise ValueError("olmoe: llama.cpp's attn_k_norm is [n_embd], so n_head_kv must equal n_head")
+
+    writer = gguf.GGUFWriter(str(path), arch)
+    a = arch + "."
+    writer.add_type("model")
+    writer.add_name(f"synthetic {family}")
+    n_vocab = _copy_tokenizer(writer, VOCAB_DIR / spec.vocab)
+    if family == "gemma2":
+        writer.add_bool("tokenizer.ggml.add_space_prefix", False)   # Gemma2Model.set_vocab
+
+    # --- hyperparameters, in the converter's words ------------------------------------
+    writer.add_uint32(a + "block_count", n_layer)
+    writer.add_uint32(a + "context_length", n_ctx)
+    writer.add_uint32(a + "embedding_length", e)
+    writer.add_uint32(a + "feed_forward_length", n_ff)
+    writer.add_uint32(a + "attention.head_count", nh)
+    writer.add_uint32(a + "attention.head_count_kv", nkv)
+    writer.add_float32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps)
+    if opts["rope_base"] is not None:
+        writer.add_float32(a + "rope.freq_base", opts["rope_base"])
+    if family in ("llama", "qwen3", "qwen3moe", "gemma2"):          # HF config has head_dim
+        writer.add_uint32(a + "attention.key_length", dh)
+        writer.add_uint32(a + "attention.value_length", dh)
+    if arch == "llama":                                              # LlamaModel.set_gguf_parameters
+        writer.add_uint32(a + "vocab_size", n_vocab)
+        writer.add_uint32(a + "rope.dimension_count", dh)
+    if family == "phi3":
+        writer.add_uint32(a + "rope.dimension_count", dh)
+        writer.add_uint32(a + "attention.sliding_window", window)
+    if family == "gemma2":
+        writer.add_float32(a + "attn_logit_softcapping", 50.0)
+        writer.add_float32(a + "final_logit_softcapping", 30.0)
+        writer.add_uint32(a + "attention.sliding_window", window)
+    if family == "mistral" and window:
+        writer.add_uint32(a + "attention.sliding_window", window)
+    if n_expert:
+        writer.add_uint32(a + "expert_count", n_expert)
+        writer.add_uint32(a + "expert_used_count", n_used)
+    if family == "qwen3moe":
+        writer.add_uint32(a + "expert_feed_forward_length", opts["n_ff_exp"])
+
+    if rope_scaling == "linear":
+        writer.add_string(a + "rope.scaling.type", "linear")
+        writer.add_float32(a + "rope.scaling.factor", 4.0)
+    elif rope_scaling == "yarn":
+        writer.add_string(a + "rope.scaling.type", "yarn")
+        writer.add_float32(a + "rope.scaling.factor", YARN_ROPE["factor"])
+        writer.add_uint32(a + "rope.scaling.original_context_length", YARN_ROPE["original_max_position_embeddings"])
+    elif rope_scaling == "longrope":
+        # Phi3MiniModel writes no rope.scaling.type; the attention factor and the original
+        # context say it all, with the two factor tensors.
+        orig = LONGROPE_ORIGINAL_CONTEXT
+        writer.add_uint32(a + "rope.scaling.original_context_length", orig)
+        scale = n_ctx / orig
+        writer.add_float32(a + "rope.scaling.attn_factor",
+                           math.sqrt(1 + math.log(scale) / math.log(orig)) if scale > 1.0 else 1.0)
+    elif family == "phi3":
+        writer.add_uint32(a + "rope.scaling.original_context_length", n_ctx)
+    elif rope_scaling not in (None, "llama3"):
+        raise ValueError(f"unknown rope_scaling {rope_scaling!r}")
+
+    for key, value in extra_metadata.items():
+        if isinstance(value, str):
+            writer.add_string(key, value)
+        elif isinstance(value, bool):
+            writer.add_bool(key, value)
+        elif isinstance(value, float):
+            writer.add_float32(key, value)
+        else:
+            writer.add_uint32(key, int(value))
+    writer.add_file_type(1 if dtype == "f16" else 0)
+    writer.add_quantization_version(2)
+
+    # --- tensors ----------------------------------------------------------------------
+    t = _Tensors(seed, dtype == "f16")
+    t.matrix("token_embd.weight", n_vocab, e)
+    if rope_scaling == "llama3":
+        t.vector("rope_freqs.weight", llama3_rope_factors(dh, opts["rope_base"], **LLAMA3_ROPE))
+    if rope_scaling == "longrope":
+        half = dh // 2
+        ramp = np.linspace(0.0, 1.0, half)
+        t.vector("rope_factors_long.weight", 1.0 + 15.0 * ramp ** 2)   # rising with the pair index, as Phi-3.5's
+        t.vector("rope_factors_short.weight", 1.0 + 0.5 * ramp)
+    for il in range(n_layer):
+        b = f"blk.{il}."
+        t.norm(b + "attn_norm.weight", e)
+        if family == "phi3":
+            t.matrix(b + "attn_qkv.weight", nh * dh + 2 * nkv * dh, e)
+        else:
+            t.matrix(b + "attn_q.weight", nh * dh, e)
+            t.matrix(b + "attn_k.weight", nkv * dh, e)
+            t.matrix(b + "attn_v.weight", nkv * dh, e)
+        t.matrix(b + "attn_output.weight", e, nh * dh)
+        if family in ("qwen3", "qwen3moe"):
+            t.norm(b + "attn_q_norm.weight", dh)
+            t.norm(b + "attn_k_norm.weight", dh)
+        if family == "olmoe":
+            t.norm(b + "attn_q_norm.weight", nh * dh)
+            t.norm(b + "attn_k_norm.weight", nkv * dh)
+        if family == "gemma2":
+            t.norm(b + "post_attention_norm.weight", e)
+        t.norm(b + "ffn_norm.weight", e)
+        if n_expert:
+            n_ff_exp = opts["n_ff_exp"] if family == "qwen3moe" else n_ff
+            t.matrix(b + "ffn_gate_inp.weight", n_expert, e)
+            t.matrix(b + "ffn_gate_exps.weight", n_expert, n_ff_exp, e)
+            t.matrix(b + "ffn_up_exps.weight", n_expert, n_ff_exp, e)
+            t.matrix(b + "ffn_down_exps.weight", n_expert, e, n_ff_exp)
+        elif family == "phi3":
+            t.matrix(b + "ffn_up.weight", 2 * n_ff, e)
+            t.matrix(b + "ffn_down.weight", e, n_ff)
+        else:
+            t.matrix(b + "ffn_gate.weight", n_ff, e)
+            t.matrix(b + "ffn_up.weight", n_ff, e)
+            t.matrix(b + "ffn_down.weight", e, n_ff)
+        if family == "gemma2":
+            t.norm(b + "post_ffw_norm.weight", e)
+    t.norm("output_norm.weight", e)
+    if not opts["tied_output"]:
+        t.matrix("output.weight", n_vocab, e)
+
+    missing = drop_tensors - set(t.items)
+    if missing:
+        raise ValueError(f"drop_tensors names tensors the {family} layout lacks: {sorted(missing)}")
+    for name, data in t.items.items():
+        if name not in drop_tensors:
+            writer.add_tensor(name, data)
+    for name, data in extra_tensors.items():
+        writer.add_tensor(name, np.asarray(data, dtype=np.float32))
+
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+
+    swa_layers = [False] * n_layer
+    if family == "gemma2":
+        swa_layers = [il % 2 == 0 for il in range(n_layer)]
+    elif window and family in ("mistral", "phi3"):
+        swa_layers = [True] * n_layer
+    return {"path": Path(path), "family": family, "arch": arch, "n_vocab": n_vocab, "n_layer": n_layer,
+            "n_expert": n_expert, "sliding_window": window if any(swa_layers) else 0, "swa_layers": swa_layers,
+            "rope_scaling": rope_scaling, "dtype": dtype}
