@@ -164,8 +164,9 @@ def test_run_speculative_flags_are_checked():
                      phrase="the draft model's vocabulary differs from the target's (262144 tokens against 512)")
 
 
-def write_modified_model(path: Path, drop: str | None = None, reshape: str | None = None):
-    """Copies stories260K with one tensor dropped or given a wrong shape."""
+def copy_stories(path: Path, tensor=None, extra_tensors: dict | None = None, metadata: dict | None = None):
+    """Copies stories260K: each tensor through tensor(name, data) -> data, or None to drop
+    it; then extra_tensors added, and metadata keys added (float, str or uint32 values)."""
     import gguf
 
     reader = gguf.GGUFReader(STORIES)
@@ -174,22 +175,33 @@ def write_modified_model(path: Path, drop: str | None = None, reshape: str | Non
         if field.name.startswith("GGUF.") or field.name == "general.architecture":
             continue
         vtype = field.types[0]
-        value = field.contents()
         if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_array(field.name, value)
+            writer.add_array(field.name, field.contents())
         else:
-            writer.add_key_value(field.name, value, vtype)
+            writer.add_key_value(field.name, field.contents(), vtype)
+    for key, value in (metadata or {}).items():
+        if isinstance(value, float):
+            writer.add_float32(key, value)
+        elif isinstance(value, str):
+            writer.add_string(key, value)
+        else:
+            writer.add_uint32(key, value)
     for t in reader.tensors:
-        if t.name == drop:
-            continue
         data = np.array(t.data)
-        if t.name == reshape:
-            data = data[:-1]
-        writer.add_tensor(t.name, data)
+        data = tensor(t.name, data) if tensor else data
+        if data is not None:
+            writer.add_tensor(t.name, data)
+    for name, data in (extra_tensors or {}).items():
+        writer.add_tensor(name, data)
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()
     writer.close()
+
+
+def write_modified_model(path: Path, drop: str | None = None, reshape: str | None = None):
+    """Copies stories260K with one tensor dropped or given a wrong shape."""
+    copy_stories(path, lambda name, data: None if name == drop else data[:-1] if name == reshape else data)
 
 
 def test_run_rejects_models_whose_tensors_do_not_match(tmp_path):

@@ -21,7 +21,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference_forward as ref  # noqa: E402
-from test_cli import FIXTURES, RIDGE, STORIES, expect_error  # noqa: E402
+from test_cli import FIXTURES, RIDGE, STORIES, copy_stories, expect_error  # noqa: E402
 
 WIKI = FIXTURES / "text" / "wiki.test.raw"
 N_CTX, CHUNKS = 64, 5
@@ -103,28 +103,9 @@ def test_kl_divergence_against_itself_is_zero(base):
 
 
 def write_noisy_copy(path: Path, scale: float, seed: int):
-    import gguf
-
-    reader = gguf.GGUFReader(STORIES)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_array(field.name, field.contents())
-        else:
-            writer.add_key_value(field.name, field.contents(), vtype)
     rng = np.random.default_rng(seed)
-    for t in reader.tensors:
-        data = np.array(t.data)
-        if "norm" not in t.name:
-            data = (data * (1 + scale * rng.standard_normal(data.shape))).astype(np.float32)
-        writer.add_tensor(t.name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    copy_stories(path, lambda name, data: data if "norm" in name
+                 else (data * (1 + scale * rng.standard_normal(data.shape))).astype(np.float32))
 
 
 def test_kl_divergence_against_a_noisy_copy_matches_numpy(base, tmp_path):

@@ -20,38 +20,12 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).parent))
 import reference_forward as ref  # noqa: E402
-from test_cli import RIDGE, STORIES, expect_error  # noqa: E402
+from test_cli import RIDGE, STORIES, copy_stories, expect_error  # noqa: E402
 from test_model_reference import EXACT_TOLERANCE, TOOL, compare, ridge_logits, tokenize  # noqa: E402
 
 
 def copy_with(path: Path, extra: dict[str, np.ndarray], metadata: dict | None = None):
-    import gguf
-
-    reader = gguf.GGUFReader(STORIES)
-    writer = gguf.GGUFWriter(str(path), "llama")
-    for field in reader.fields.values():
-        if field.name.startswith("GGUF.") or field.name == "general.architecture":
-            continue
-        vtype = field.types[0]
-        if vtype == gguf.GGUFValueType.ARRAY:
-            writer.add_array(field.name, field.contents())
-        else:
-            writer.add_key_value(field.name, field.contents(), vtype)
-    for key, value in (metadata or {}).items():
-        if isinstance(value, float):
-            writer.add_float32(key, value)
-        elif isinstance(value, str):
-            writer.add_string(key, value)
-        else:
-            writer.add_uint32(key, value)
-    for t in reader.tensors:
-        writer.add_tensor(t.name, np.array(t.data))
-    for name, data in extra.items():
-        writer.add_tensor(name, data)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
+    copy_stories(path, extra_tensors=extra, metadata=metadata)
 
 
 def test_rope_freqs_scale_every_position_as_the_reference_does(tmp_path):
