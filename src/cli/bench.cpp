@@ -28,6 +28,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/kv_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -51,6 +52,7 @@ struct BenchOptions {
   std::string prompt_file;   // tg continues this text (greedy) instead of one random token
   SpeculativeFlags spec;     // tg also runs with speculative decoding, beside plain
   WeightFlags weights;
+  KvFlags kv;
 };
 
 // What speculative decoding did over one test's timed runs.
@@ -151,12 +153,14 @@ ModelFacts model_facts(const std::string& path, const Model& model) {
   return m;
 }
 
-// K and V bytes one token at position pos reads in every layer (its visible keys).
-double kv_bytes_read(const ModelConfig& c, int64_t pos) {
+// K and V bytes one token at position pos reads in every layer (its visible keys), from a
+// cache of kv_type.
+double kv_bytes_read(const ModelConfig& c, DType kv_type, int64_t pos) {
   double bytes = 0;
   for (const LayerConfig& l : c.layers) {
     const int64_t visible = l.window > 0 ? std::min<int64_t>(l.window, pos + 1) : pos + 1;
-    bytes += 2.0 * c.n_kv_head * c.d_head * sizeof(float) * static_cast<double>(visible);
+    bytes += 2.0 * c.n_kv_head * c.d_head * static_cast<double>(type_traits(kv_type).type_size) *
+             static_cast<double>(visible);
   }
   return bytes;
 }
@@ -183,6 +187,7 @@ class Runner {
     o.n_ctx = max_context + 1 + static_cast<int>(prompt_.size());  // pp: the prompt and its sampled token
     o.max_queue = std::max(max_seqs, 64);
     o.prefix_cache = false;
+    o.kv_type = opt.kv.dtype();
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
     engine_->start();
     o.speculative = opt.spec.options();
@@ -381,6 +386,7 @@ void bench(BenchOptions opt) {
   check_positive(opt.batch, "--batch", false);
   if (opt.no_kv_cache && !opt.batch.empty()) throw Error("--no-kv-cache measures one sequence; drop --batch");
   const SpecMethod spec_method = opt.spec.options().method;  // validates the flags
+  const std::string kv_type(dtype_name(opt.kv.dtype()));     // validates --kv-type
   if (opt.no_kv_cache && (spec_method != SpecMethod::kNone || !opt.prompt_file.empty()))
     throw Error("--no-kv-cache recomputes from random tokens; drop --spec, --draft and --prompt-file");
   if (opt.threads.empty()) opt.threads = {static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))};
@@ -428,7 +434,7 @@ void bench(BenchOptions opt) {
     for (int n_gen : opt.n_gen) {
       if (n_gen == 0) continue;
       double kv = 0;
-      for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, p) / n_gen;
+      for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, opt.kv.dtype(), p) / n_gen;
       for (int n_seq : seq_counts) {
         for (bool speculative : {false, true}) {
           if (speculative && !runner.speculates()) continue;
@@ -492,7 +498,10 @@ void bench(BenchOptions opt) {
   }
   if (opt.json) {
     nlohmann::json all = nlohmann::json::array();
-    for (const Result& r : results) all.push_back(to_json(facts, r, opt.n_batch));
+    for (const Result& r : results) {
+      all.push_back(to_json(facts, r, opt.n_batch));
+      all.back()["type_k"] = all.back()["type_v"] = kv_type;  // llama-bench's names
+    }
     std::printf("%s\n", all.dump(2).c_str());
   }
 }
@@ -524,6 +533,7 @@ void add_bench_command(CLI::App& app) {
                   "token");
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
+  add_kv_flags(*cmd, opt->kv);
   cmd->callback([opt] { bench(*opt); });
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/kv_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -45,6 +46,7 @@ struct PerplexityOptions {
   std::string kld_base;
   bool kld = false;
   WeightFlags weights;
+  KvFlags kv;
 };
 
 // One window's state, written by the engine thread (score callbacks), read by this one
@@ -159,8 +161,10 @@ void perplexity(const PerplexityOptions& opt) {
   eo.n_ctx = w.n_ctx;
   eo.max_queue = w.n_chunk;
   eo.prefix_cache = false;
+  eo.kv_type = opt.kv.dtype();
   Engine engine(*model, tok, eo);
   engine.start();
+  std::fprintf(stderr, "%s\n", engine.kv_summary().c_str());
   std::fprintf(stderr, "perplexity: %d windows of %d tokens, %d side by side, %d tokens per step, %d threads%s\n",
                w.n_chunk, w.n_ctx, eo.parallel, eo.max_batch_tokens, model->pool().n_threads(),
                opt.kld ? ", KL divergence against the base" : writer ? ", saving the base logits" : "");
@@ -246,6 +250,7 @@ void add_perplexity_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   add_weight_flags(*cmd, opt->weights);
+  add_kv_flags(*cmd, opt->kv);
   cmd->add_option("--kl-divergence-base", opt->kld_base,
                   "Save the log-probabilities here (llama.cpp's format); with --kl-divergence, read them");
   cmd->add_flag("--kl-divergence", opt->kld, "KL divergence against --kl-divergence-base");

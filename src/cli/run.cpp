@@ -18,6 +18,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/kv_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -43,6 +44,7 @@ struct RunOptions {
   SamplingParams sampling;
   SpeculativeFlags spec;
   WeightFlags weights;
+  KvFlags kv;
 };
 
 // What one request took, as the client sees it: the prompt until the first token, then
@@ -184,6 +186,7 @@ void run(RunOptions opt) {
   engine_options.max_batch_tokens = opt.batch;
   engine_options.n_ctx = opt.n_ctx;
   engine_options.kv_budget_bytes = static_cast<size_t>(opt.kv_budget_mib * 1024 * 1024);
+  engine_options.kv_type = opt.kv.dtype();
   engine_options.speculative = opt.spec.options();
   std::unique_ptr<Model> draft = opt.spec.load_draft(*model);
   if (draft) std::fprintf(stderr, "draft: %s\n", draft->config().summary().c_str());
@@ -235,6 +238,7 @@ void add_run_command(CLI::App& app) {
   cmd->add_flag("--echo", opt->echo, "Print the prompt before the generated text");
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
+  add_kv_flags(*cmd, opt->kv);
   cmd->callback([opt] { run(*opt); });
 }
 

@@ -16,6 +16,7 @@
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
+#include "cli/kv_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
 #include "engine/engine.h"
@@ -42,6 +43,7 @@ struct ServeOptions {
   bool no_prefix_cache = false;
   SpeculativeFlags spec;
   WeightFlags weights;
+  KvFlags kv;
 };
 
 // The name clients use for the model: --alias, else the model argument without its
@@ -89,6 +91,7 @@ void serve(const ServeOptions& opt) {
   engine_options.n_ctx = opt.n_ctx;
   engine_options.max_queue = opt.max_queue;
   engine_options.prefix_cache = !opt.no_prefix_cache;
+  engine_options.kv_type = opt.kv.dtype();
   engine_options.speculative = opt.spec.options();
   std::unique_ptr<Model> draft = opt.spec.load_draft(*model);
   Engine engine(*model, tokenizer, engine_options, draft.get());
@@ -115,7 +118,7 @@ void serve(const ServeOptions& opt) {
   if (engine_options.speculative.method != SpecMethod::kNone)
     std::fprintf(stderr, ", speculative %s (up to %d drafted)", spec_method_name(engine_options.speculative.method),
                  engine_options.speculative.draft_max);
-  std::fprintf(stderr, "\n");
+  std::fprintf(stderr, "\n%s\n", engine.kv_summary().c_str());
   std::fprintf(stderr, "serve: model '%s'%s; listening on http://%s:%d\n", server_options.model_name.c_str(),
                opt.api_key.empty() ? "" : " (API key required)", opt.host.c_str(), port);
   std::fflush(stderr);
@@ -162,6 +165,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
+  add_kv_flags(*cmd, opt->kv);
   cmd->callback([opt] { serve(*opt); });
 }
 

@@ -39,8 +39,8 @@ struct DraftJob {
 
 class DraftModel {
  public:
-  // sizing: size_engine() of the draft model under the engine's options (same slots and
-  // context); max_draft: most tokens one job may ask for.
+  // kv: size_engine() of the draft model under the engine's options (same slots, context
+  // and KV type); max_draft: most tokens one job may ask for.
   DraftModel(Model& model, const KvCacheConfig& kv, int32_t max_step_tokens, int32_t max_draft);
 
   // Drafts for every job (distinct slots). A job whose catch-up does not fit this call's

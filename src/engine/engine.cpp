@@ -87,6 +87,9 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
                         " (raise ModelOptions::max_batch_tokens)"));
   }
   if (o.max_queue < 0) throw Error(str_cat("engine: max_queue must be >= 0, got ", o.max_queue));
+  if (!is_kv_dtype(o.kv_type))
+    throw Error(str_cat("engine: KV cache type ", dtype_name(o.kv_type), " is not supported (", kv_dtype_names(),
+                        ")"));
   EngineSizing s;
   s.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(c.n_ctx_train, kDefaultContextCap);
   if (s.n_ctx <= 0) throw Error(str_cat("engine: context size must be positive, got ", s.n_ctx));
@@ -95,6 +98,7 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   s.kv = model.kv_cache_config(0, o.parallel, s.n_ctx);
   s.kv.max_step_tokens = s.max_step_tokens;
   s.kv.prefix_cache = o.prefix_cache;
+  s.kv.dtype = o.kv_type;
   // Slack: each sequence's last block is partly filled.
   const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
   s.kv.budget_bytes = o.kv_budget_bytes > 0

@@ -59,6 +59,8 @@ struct EngineOptions {
   int32_t max_queue = 64;          // waiting requests beyond this are refused (QueueFull)
   bool prefix_cache = true;        // reuse full KV blocks of identical prompt prefixes
                                    // (sliding-window models too; see kv/kv_cache.h)
+  DType kv_type = DType::F16;      // K/V element type, one of kKvDtypes (f16 as llama.cpp;
+                                   // the draft model's cache too)
   SpeculativeOptions speculative = {};
 };
 
@@ -69,8 +71,9 @@ struct EngineSizing {
   int32_t n_ctx = 0;            // per-request context: options.n_ctx, or the model's capped at 8192
   int32_t max_step_tokens = 0;  // tokens one step computes: options.max_batch_tokens, at most
                                 // one context
-  KvCacheConfig kv;             // layers, slots, budget: options.kv_budget_bytes, or `parallel`
-                                // contexts plus one partly filled block each, capped at 1 GiB
+  KvCacheConfig kv;             // layers, slots, options.kv_type, budget: options.kv_budget_bytes,
+                                // or `parallel` contexts plus one partly filled block each (at
+                                // the type's bytes per token), capped at 1 GiB
 };
 // Throws ridge::Error naming the option when the options cannot run on this model.
 EngineSizing size_engine(const Model& model, const EngineOptions& options);

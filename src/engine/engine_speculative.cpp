@@ -54,8 +54,10 @@ void Engine::Impl::setup_speculation(Model* draft_model) {
     const EngineSizing draft_sizing = size_engine(*draft_model, draft_options);
     draft = std::make_unique<DraftModel>(*draft_model, draft_sizing.kv, draft_sizing.max_step_tokens, spec.draft_max);
     // Both passes are bound by the bytes they read (weights, and the KV of a context).
-    const auto kv_bytes = [](const Model& m) {
-      return static_cast<double>(kv_bytes_per_token(m.kv_cache_config(0, 1, 1)));
+    const auto kv_bytes = [&](const Model& m) {
+      KvCacheConfig kv = m.kv_cache_config(0, 1, 1);
+      kv.dtype = options.kv_type;
+      return static_cast<double>(kv_bytes_per_token(kv));
     };
     const double typical_context = 512;
     draft_token_cost = (draft_model->weight_bytes_per_step() + kv_bytes(*draft_model) * typical_context) /

@@ -2,10 +2,10 @@
 
 #include <algorithm>
 #include <cmath>
-#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/dot.h"
 #include "kernels/gemm.h"
 
@@ -44,13 +44,12 @@ void clear(const Partial& p, const Shape& s, int64_t n_heads) {
   std::fill(p.sum, p.sum + n_heads, 0.0f);
 }
 
-// Per-thread scratch carved for one item: the running total, one chunk's partial, one
-// block's scores, and a K or V row converted to float (T != float).
+// Per-thread scratch carved for one item: the running total, one chunk's partial and one
+// block's scores.
 struct ItemScratch {
   Partial total;
   Partial chunk;
   float* scores;  // [n_rep][block_size]
-  float* row;     // [d_head]
 };
 
 ItemScratch carve(float* base, const Shape& s) {
@@ -58,20 +57,7 @@ ItemScratch carve(float* base, const Shape& s) {
   it.total = partial_at(base, s);
   it.chunk = partial_at(base + partial_floats(s), s);
   it.scores = base + 2 * partial_floats(s);
-  it.row = it.scores + s.n_rep * s.block_size;
   return it;
-}
-
-template <class T>
-const float* as_float_row(const T* src, float* buffer, int64_t n) {
-  if constexpr (std::is_same_v<T, float>) {
-    (void)buffer;
-    (void)n;
-    return src;
-  } else {
-    for (int64_t i = 0; i < n; ++i) buffer[i] = static_cast<float>(src[i]);
-    return buffer;
-  }
 }
 
 void check_sequence(const AttentionSequence& seq, size_t index, const Shape& s) {
@@ -88,14 +74,19 @@ void check_sequence(const AttentionSequence& seq, size_t index, const Shape& s) 
                           " outside the ", seq.n_kv, " cached tokens"));
 }
 
-// The inner loops, scalar or AVX2 (attention_avx2.cpp), chosen once per call.
+// The inner loops for K/V elements of type T, scalar or AVX2 (attention_avx2.cpp),
+// chosen once per call.
+template <class T>
 struct AttentionOps {
-  decltype(&attention_scores_scalar) scores;
-  decltype(&attention_exp_sum_scalar) exp_sum;
-  decltype(&attention_accumulate_scalar) accumulate;
+  void (*scores)(const float* q, int64_t n_rep, int64_t d_head, const T* k, int64_t row_stride, int64_t count,
+                 float scale, float* scores, int64_t score_stride);
+  float (*exp_sum)(float* x, int64_t n, float max);
+  void (*accumulate)(const float* p, int64_t p_stride, int64_t n_rep, const T* v, int64_t row_stride, int64_t count,
+                     int64_t d_head, float* acc, int64_t acc_stride);
 };
 
-AttentionOps ops_for(Isa isa) {
+template <class T>
+AttentionOps<T> ops_for(Isa isa) {
   if (isa == Isa::kAvx2) return {attention_scores_avx2, attention_exp_sum_avx2, attention_accumulate_avx2};
   return {attention_scores_scalar, attention_exp_sum_scalar, attention_accumulate_scalar};
 }
@@ -116,8 +107,7 @@ struct ItemRef {
 // paths (per token, per tile) call it with the same keys, so they agree bit for bit.
 template <class T>
 void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_heads,
-               const Shape& s, const AttentionParams& params, const Partial& out, float* row_buffer,
-               const AttentionOps& ops) {
+               const Shape& s, const AttentionParams& params, const Partial& out, const AttentionOps<T>& ops) {
   const int64_t row_stride = s.n_kv_head * s.d_head;
   for (int64_t r = 0; r < n_heads; ++r) {
     float* scores = scores_rows + r * s.block_size;
@@ -135,15 +125,7 @@ void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_hea
     }
     out.sum[r] += ops.exp_sum(scores, count, new_max);
   }
-  if constexpr (std::is_same_v<T, float>) {
-    (void)row_buffer;
-    ops.accumulate(scores_rows, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
-  } else {
-    for (int64_t jj = 0; jj < count; ++jj) {
-      const float* v = as_float_row(v_rows + jj * row_stride, row_buffer, s.d_head);
-      ops.accumulate(scores_rows + jj, s.block_size, n_heads, v, 0, 1, s.d_head, out.acc, s.d_head);
-    }
-  }
+  ops.accumulate(scores_rows, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
 }
 
 // One item over the keys of one chunk, [j_begin, j_end): walks them block by block; per
@@ -151,7 +133,8 @@ void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_hea
 // p * V. `out` is cleared first.
 template <class T>
 void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                   int64_t j_begin, int64_t j_end, const Partial& out, const ItemScratch& it, const AttentionOps& ops) {
+                   int64_t j_begin, int64_t j_end, const Partial& out, const ItemScratch& it,
+                   const AttentionOps<T>& ops) {
   const AttentionSequence& seq = *item.seq;
   const int64_t t = item.t, g = item.g, n_heads = item.n_heads;
   const int64_t pos = seq.q_pos[t];
@@ -172,15 +155,8 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
     const T* k_rows = kv.k + first_row * row_stride + g * s.d_head;
     const T* v_rows = kv.v + first_row * row_stride + g * s.d_head;
 
-    if constexpr (std::is_same_v<T, float>) {
-      ops.scores(q, n_heads, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
-    } else {
-      for (int64_t jj = 0; jj < count; ++jj) {
-        const float* k = as_float_row(k_rows + jj * row_stride, it.row, s.d_head);
-        ops.scores(q, n_heads, s.d_head, k, 0, 1, params.scale, it.scores + jj, s.block_size);
-      }
-    }
-    add_block(v_rows, count, it.scores, n_heads, s, params, out, it.row, ops);
+    ops.scores(q, n_heads, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
+    add_block(v_rows, count, it.scores, n_heads, s, params, out, ops);
     j0 = j1;
   }
 }
@@ -224,7 +200,7 @@ void chunk_range(int64_t first, int64_t last, int64_t c, int64_t* begin, int64_t
 // One whole item on one thread: its chunks in order, merged as they come.
 template <class T>
 void attend_item(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                 const ItemScratch& it, const AttentionOps& ops) {
+                 const ItemScratch& it, const AttentionOps<T>& ops) {
   int64_t first, last;
   visible_keys(*item.seq, item.t, params, &first, &last);
   clear(it.total, s, item.n_heads);
@@ -256,8 +232,9 @@ TileScratch carve_tile(float* base, const Shape& s) {
   return TileScratch{base, base + kMaxTileTokens * partial, base + 2 * kMaxTileTokens * partial};
 }
 
-void attend_tile(const PagedKvLayer<float>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                 const TileScratch& it, const AttentionOps& ops) {
+template <class T>
+void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
+                 const TileScratch& it, const AttentionOps<T>& ops) {
   const AttentionSequence& seq = *item.seq;
   const int64_t g = item.g, n_t = item.n_t, n_heads = item.n_heads;
   const int64_t row_stride = s.n_kv_head * s.d_head;
@@ -291,11 +268,11 @@ void attend_tile(const PagedKvLayer<float>& kv, const ItemRef& item, const Shape
         const int64_t k0 = std::max(j0, begin[i]), k1 = std::min(j1, end[i]);
         if (k0 >= k1) continue;
         const float* q = seq.q + ((item.t + i) * s.n_head + g * s.n_rep + item.r0) * s.d_head;
-        const float* k_rows = kv.k + (first_row + k0 - j0) * row_stride + g * s.d_head;
-        const float* v_rows = kv.v + (first_row + k0 - j0) * row_stride + g * s.d_head;
+        const T* k_rows = kv.k + (first_row + k0 - j0) * row_stride + g * s.d_head;
+        const T* v_rows = kv.v + (first_row + k0 - j0) * row_stride + g * s.d_head;
         float* scores = it.scores + i * s.n_rep * s.block_size;
         ops.scores(q, n_heads, s.d_head, k_rows, row_stride, k1 - k0, params.scale, scores, s.block_size);
-        add_block(v_rows, k1 - k0, scores, n_heads, s, params, partial_at(it.chunks + i * partial, s), nullptr, ops);
+        add_block(v_rows, k1 - k0, scores, n_heads, s, params, partial_at(it.chunks + i * partial, s), ops);
       }
       j0 = j1;
     }
@@ -318,8 +295,8 @@ constexpr int64_t kMaxSplitItems = 16;
 
 size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_head, int64_t block_size) {
   const int64_t n_rep = n_kv_head > 0 ? n_head / n_kv_head : n_head;
-  // The larger of one token's item (two partials, a block's scores, a row) and a tile's.
-  const int64_t one = n_rep * (2 * d_head + 4 + block_size) + d_head;
+  // The larger of one token's item (two partials and a block's scores) and a tile's.
+  const int64_t one = n_rep * (2 * d_head + 4 + block_size);
   const int64_t tile = kMaxTileTokens * n_rep * (2 * d_head + 4 + block_size);
   return static_cast<size_t>(std::max(one, tile));
 }
@@ -341,45 +318,43 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     n_groups += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
   }
   const int64_t n_threads = pool.n_threads();
-  const AttentionOps ops = ops_for(isa);
-  if constexpr (std::is_same_v<T, float>) {
-    // Tiles when the tokens alone give every thread work: as long as the tiles still do.
-    int64_t tile = 1;
-    auto n_tile_items = [&](int64_t size) {
-      int64_t n = 0;
-      for (const AttentionSequence& seq : sequences) n += (std::max<int64_t>(0, seq.n_q) + size - 1) / size * s.n_kv_head;
-      return n;
+  const AttentionOps<T> ops = ops_for<T>(isa);
+  // Tiles when the tokens alone give every thread work: as long as the tiles still do.
+  int64_t tile = 1;
+  auto n_tile_items = [&](int64_t size) {
+    int64_t n = 0;
+    for (const AttentionSequence& seq : sequences) n += (std::max<int64_t>(0, seq.n_q) + size - 1) / size * s.n_kv_head;
+    return n;
+  };
+  if (n_groups >= n_threads) {
+    tile = kMaxTileTokens;
+    while (tile > 1 && n_tile_items(tile) < n_threads) tile /= 2;
+  }
+  if (tile > 1) {
+    const int64_t n_items = n_tile_items(tile);
+    auto tile_at = [&](int64_t item) {
+      size_t seq_index = 0;
+      for (;;) {
+        const int64_t seq_items = (std::max<int64_t>(0, sequences[seq_index].n_q) + tile - 1) / tile * s.n_kv_head;
+        if (item < seq_items) break;
+        item -= seq_items;
+        ++seq_index;
+      }
+      const AttentionSequence& seq = sequences[seq_index];
+      const int64_t t = item / s.n_kv_head * tile;
+      return ItemRef{&seq, t, item % s.n_kv_head, 0, s.n_rep, std::min(tile, seq.n_q - t)};
     };
-    if (n_groups >= n_threads) {
-      tile = kMaxTileTokens;
-      while (tile > 1 && n_tile_items(tile) < n_threads) tile /= 2;
-    }
-    if (tile > 1) {
-      const int64_t n_items = n_tile_items(tile);
-      auto tile_at = [&](int64_t item) {
-        size_t seq_index = 0;
-        for (;;) {
-          const int64_t seq_items = (std::max<int64_t>(0, sequences[seq_index].n_q) + tile - 1) / tile * s.n_kv_head;
-          if (item < seq_items) break;
-          item -= seq_items;
-          ++seq_index;
-        }
-        const AttentionSequence& seq = sequences[seq_index];
-        const int64_t t = item / s.n_kv_head * tile;
-        return ItemRef{&seq, t, item % s.n_kv_head, 0, s.n_rep, std::min(tile, seq.n_q - t)};
-      };
-      pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
-        float* base = scratch.thread_data(thread);
-        for (int64_t i = begin; i < end; ++i) {
-          const ItemRef item = tile_at(i);
-          if (item.n_t == 1)
-            attend_item(kv, item, s, params, carve(base, s), ops);
-          else
-            attend_tile(kv, item, s, params, carve_tile(base, s), ops);
-        }
-      });
-      return;
-    }
+    pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
+      float* base = scratch.thread_data(thread);
+      for (int64_t i = begin; i < end; ++i) {
+        const ItemRef item = tile_at(i);
+        if (item.n_t == 1)
+          attend_item(kv, item, s, params, carve(base, s), ops);
+        else
+          attend_tile(kv, item, s, params, carve_tile(base, s), ops);
+      }
+    });
+    return;
   }
   // Group `group` of the call: its sequence, token and KV head.
   auto group_at = [&](int64_t group) {
@@ -471,12 +446,38 @@ template void attention<float>(const PagedKvLayer<float>&, std::span<const Atten
                                const AttentionParams&, ThreadPool&, Scratch&);
 template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
                                    const AttentionParams&, ThreadPool&, Scratch&, Isa);
+template void attention<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>, int64_t,
+                                  const AttentionParams&, ThreadPool&, Scratch&);
+template void attention_isa<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>, int64_t,
+                                      const AttentionParams&, ThreadPool&, Scratch&, Isa);
 
 void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
                              int64_t count, float scale, float* scores, int64_t score_stride) {
   for (int64_t j = 0; j < count; ++j)
     for (int64_t r = 0; r < n_rep; ++r)
       scores[r * score_stride + j] = dot_f32_scalar(q + r * d_head, k + j * row_stride, d_head) * scale;
+}
+
+// The f16 twin of dot_f32_scalar (same four accumulators, same order), so scalar scores
+// over an f16 cache have the bits of scalar scores over its widened values.
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const uint16_t* k, int64_t row_stride,
+                             int64_t count, float scale, float* scores, int64_t score_stride) {
+  for (int64_t j = 0; j < count; ++j) {
+    const uint16_t* kj = k + j * row_stride;
+    for (int64_t r = 0; r < n_rep; ++r) {
+      const float* a = q + r * d_head;
+      float s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+      int64_t i = 0;
+      for (; i + 4 <= d_head; i += 4) {
+        s0 += a[i] * fp16_to_fp32(kj[i]);
+        s1 += a[i + 1] * fp16_to_fp32(kj[i + 1]);
+        s2 += a[i + 2] * fp16_to_fp32(kj[i + 2]);
+        s3 += a[i + 3] * fp16_to_fp32(kj[i + 3]);
+      }
+      for (; i < d_head; ++i) s0 += a[i] * fp16_to_fp32(kj[i]);
+      scores[r * score_stride + j] = ((s0 + s1) + (s2 + s3)) * scale;
+    }
+  }
 }
 
 float attention_exp_sum_scalar(float* x, int64_t n, float max) {
@@ -492,6 +493,27 @@ void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep
                                  int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride) {
   for (int64_t j = 0; j < count; ++j)
     for (int64_t r = 0; r < n_rep; ++r) axpy_f32(p[r * p_stride + j], v + j * row_stride, acc + r * acc_stride, d_head);
+}
+
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const uint16_t* v,
+                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride) {
+  for (int64_t j = 0; j < count; ++j) {
+    const uint16_t* vj = v + j * row_stride;
+    for (int64_t r = 0; r < n_rep; ++r) {
+      const float pj = p[r * p_stride + j];
+      float* ar = acc + r * acc_stride;
+      for (int64_t d = 0; d < d_head; ++d) ar[d] += pj * fp16_to_fp32(vj[d]);
+    }
+  }
+}
+
+void kv_row_to_f16_scalar(const float* src, uint16_t* dst, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = fp32_to_fp16(src[i]);
+}
+
+void kv_row_to_f16(const float* src, uint16_t* dst, int64_t n) {
+  static const auto fn = best_isa() == Isa::kAvx2 ? &kv_row_to_f16_avx2 : &kv_row_to_f16_scalar;
+  fn(src, dst, n);
 }
 
 void attention_reference(const float* q, const int32_t* q_pos, int64_t n_q, int64_t n_head,

@@ -8,6 +8,10 @@
 // still fewer than threads the chunks of one item run on several threads. Either way a
 // head's output has the same bits as one thread would give.
 //
+// The cache holds f32 (T = float) or IEEE-half f16 (T = uint16_t, the bits) K/V; the
+// f16 loops read the halves directly, converting 8 per load in registers (F16C), and
+// run the f32 path's arithmetic on the widened values.
+//
 //   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
 //   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
 //   attention(kv, {&s, 1}, n_head, {.scale = 1 / std::sqrt(float(d_head))}, pool, scratch);
@@ -23,7 +27,8 @@
 
 namespace ridge::kernels {
 
-// One layer's K and V pools. T is the stored element type (float now; F16 later).
+// One layer's K and V pools. T is the stored element type: float, or uint16_t holding
+// IEEE halves (an F16 cache).
 template <class T>
 struct PagedKvLayer {
   const T* k = nullptr;  // [n_blocks][block_size][n_kv_head][d_head]
@@ -74,20 +79,37 @@ template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
 
-// The inner loops, scalar and AVX2 (attention_avx2.cpp):
+// The inner loops, scalar and AVX2 (attention_avx2.cpp), for K/V rows of f32 or f16
+// (uint16_t halves, widened exactly to float as they are read):
 //  scores[r * score_stride + j] = scale * dot(q[r], k[j * row_stride]), r < n_rep, j < count
 //  exp_sum: x[i] = exp(x[i] - max) for i < n, returns their sum
 //  accumulate: acc[r * acc_stride + d] += p[r * p_stride + j] * v[j * row_stride + d]
+// An f16 loop gives the bits its f32 twin gives on the widened rows.
 void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
                              int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const uint16_t* k, int64_t row_stride,
+                             int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const uint16_t* k, int64_t row_stride,
                            int64_t count, float scale, float* scores, int64_t score_stride);
 float attention_exp_sum_scalar(float* x, int64_t n, float max);
 float attention_exp_sum_avx2(float* x, int64_t n, float max);
 void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const float* v, int64_t row_stride,
                                  int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const uint16_t* v,
+                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const float* v, int64_t row_stride,
                                int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const uint16_t* v, int64_t row_stride,
+                               int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+
+// K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
+// even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the
+// CPU has it.
+void kv_row_to_f16(const float* src, uint16_t* dst, int64_t n);
+void kv_row_to_f16_scalar(const float* src, uint16_t* dst, int64_t n);
+void kv_row_to_f16_avx2(const float* src, uint16_t* dst, int64_t n);
 
 // Reference for tests: materializes each score row over a dense cache and accumulates
 // in double. Allocates; single-threaded.
@@ -100,5 +122,9 @@ extern template void attention<float>(const PagedKvLayer<float>&, std::span<cons
                                       int64_t, const AttentionParams&, ThreadPool&, Scratch&);
 extern template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
                                           const AttentionParams&, ThreadPool&, Scratch&, Isa);
+extern template void attention<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>,
+                                         int64_t, const AttentionParams&, ThreadPool&, Scratch&);
+extern template void attention_isa<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>,
+                                             int64_t, const AttentionParams&, ThreadPool&, Scratch&, Isa);
 
 }  // namespace ridge::kernels

@@ -52,9 +52,9 @@ void validate(const KvCacheConfig& c) {
   if (c.block_size < 1) {
     throw Error(str_cat("kv cache: block_size must be positive, got ", c.block_size));
   }
-  if (c.dtype != DType::F32 && c.dtype != DType::F16) {
+  if (!is_kv_dtype(c.dtype)) {
     throw Error(str_cat("kv cache: dtype ", dtype_name(c.dtype),
-                        " is not supported for K/V (f32 or f16)"));
+                        " is not supported for K/V (", kv_dtype_names(), ")"));
   }
   if (c.max_sequences < 1) {
     throw Error(str_cat("kv cache: max_sequences must be positive, got ", c.max_sequences));
@@ -69,6 +69,17 @@ void validate(const KvCacheConfig& c) {
 }
 
 }  // namespace
+
+bool is_kv_dtype(DType dtype) {
+  return std::find(std::begin(kKvDtypes), std::end(kKvDtypes), dtype) != std::end(kKvDtypes);
+}
+
+std::string kv_dtype_names() {
+  std::string names;
+  for (size_t i = 0; i < std::size(kKvDtypes); ++i)
+    names += str_cat(i == 0 ? "" : i + 1 == std::size(kKvDtypes) ? " or " : ", ", dtype_name(kKvDtypes[i]));
+  return names;
+}
 
 size_t kv_bytes_per_token(const KvCacheConfig& config) {
   const size_t element_bytes = type_traits(config.dtype).type_size;

@@ -10,6 +10,7 @@
 //   if (cache.reserve(0, n_prompt)) {      // false: not enough free blocks, nothing changed
 //     KvSlot s = cache.slot(0, cache.group_of_layer(il), pos);
 //     float* k = static_cast<float*>(cache.k_row(il, s.block, s.offset));  // [n_kv_head][d_head]
+//                                         // (config.dtype F32; F16: uint16_t halves)
 //     ...                                  // write K/V of every new token, run attention
 //     cache.commit(0, n_prompt);
 //     cache.recycle_window(0);             // sliding-window layers drop what left the window
@@ -75,6 +76,12 @@
 
 namespace ridge {
 
+// The element types a cache can hold, K and V alike. F16 halves the bytes of F32 and is
+// what the engine uses unless told otherwise (EngineOptions::kv_type).
+inline constexpr DType kKvDtypes[] = {DType::F32, DType::F16};
+bool is_kv_dtype(DType dtype);
+std::string kv_dtype_names();  // "f32 or f16", for messages
+
 struct KvLayerSpec {
   int32_t n_kv_head = 0;
   int32_t d_head = 0;
@@ -88,7 +95,7 @@ std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, i
 struct KvCacheConfig {
   std::vector<KvLayerSpec> layers;  // one per model layer, in layer order (il)
   int32_t block_size = 16;          // tokens per block
-  DType dtype = DType::F32;         // K/V element type: F32, or F16 (storage only for now)
+  DType dtype = DType::F32;         // K/V element type, one of kKvDtypes
   size_t budget_bytes = 0;          // memory for all K/V pools together
   int32_t max_sequences = 1;        // sequence slots; windowed groups are sized for all of them
   int32_t max_context = 4096;       // most tokens one sequence may hold (the model's context)
@@ -160,7 +167,7 @@ class KvCache {
   // element size. What a token costs in a cache without windows.
   size_t bytes_per_token() const { return bytes_per_token_; }
   size_t total_bytes() const { return total_bytes_; }  // the one allocation
-  // "kv cache: 1024 blocks x 16 tokens, 36.0 KiB/token, 576.0 MiB total (f32)"; with
+  // "kv cache: 1024 blocks x 16 tokens, 18.0 KiB/token, 288.0 MiB total (f16)"; with
   // several groups the block counts are listed per group.
   std::string summary() const;
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <type_traits>
 
 #include "core/error.h"
 #include "core/quant.h"
@@ -299,19 +300,10 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   kernels::rope_apply(q_.data(), rope_table(layer_rope_[il]), n, c.n_head, c.d_head, rope);
   kernels::rope_apply(k_.data(), rope_table(layer_rope_[il]), n, c.n_kv_head, c.d_head, rope);
 
-  // Store the new K/V rows in the cache, then attend over each sequence's blocks.
+  // Store the new K/V rows in the cache in its element type (f16: rounded to nearest
+  // even), then attend over each sequence's blocks, reading that type directly.
   const int g = cache.group_of_layer(il);
-  for (const BatchSequence& s : b.sequences) {
-    for (int32_t i = 0; i < s.n_tokens; ++i) {
-      const int32_t t = s.first + i;
-      const KvSlot slot = cache.slot(s.seq, g, s.start_pos + i);
-      std::memcpy(cache.k_row(il, slot.block, slot.offset), k_.data() + t * kv_dim, sizeof(float) * kv_dim);
-      std::memcpy(cache.v_row(il, slot.block, slot.offset), v_.data() + t * kv_dim, sizeof(float) * kv_dim);
-    }
-  }
   const KvLayerView view = cache.layer(il);
-  const kernels::PagedKvLayer<float> kv{static_cast<const float*>(view.k), static_cast<const float*>(view.v),
-                                        view.n_blocks, view.block_size, view.n_kv_head, view.d_head};
   attention_items_.clear();
   for (const BatchSequence& s : b.sequences) {
     attention_items_.push_back(kernels::AttentionSequence{
@@ -319,8 +311,35 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
         s.start_pos + s.n_tokens, attn_.data() + s.first * q_dim});
   }
   const kernels::AttentionParams params{c.attn_scale, c.attn_softcap, lc.window};
-  kernels::attention(kv, std::span<const kernels::AttentionSequence>(attention_items_), c.n_head, params, pool_,
-                     scratch_);
+  auto store_and_attend = [&](auto element) {
+    using T = decltype(element);
+    for (const BatchSequence& s : b.sequences) {
+      for (int32_t i = 0; i < s.n_tokens; ++i) {
+        const int64_t t = s.first + i;
+        const KvSlot slot = cache.slot(s.seq, g, s.start_pos + i);
+        T* k_row = static_cast<T*>(cache.k_row(il, slot.block, slot.offset));  // [n_kv_head][d_head]
+        T* v_row = static_cast<T*>(cache.v_row(il, slot.block, slot.offset));
+        if constexpr (std::is_same_v<T, float>) {
+          std::memcpy(k_row, k_.data() + t * kv_dim, sizeof(float) * kv_dim);
+          std::memcpy(v_row, v_.data() + t * kv_dim, sizeof(float) * kv_dim);
+        } else {
+          kernels::kv_row_to_f16(k_.data() + t * kv_dim, k_row, kv_dim);
+          kernels::kv_row_to_f16(v_.data() + t * kv_dim, v_row, kv_dim);
+        }
+      }
+    }
+    const kernels::PagedKvLayer<T> kv{static_cast<const T*>(view.k), static_cast<const T*>(view.v),
+                                      view.n_blocks, view.block_size, view.n_kv_head, view.d_head};
+    kernels::attention(kv, std::span<const kernels::AttentionSequence>(attention_items_), c.n_head, params, pool_,
+                       scratch_);
+  };
+  switch (view.dtype) {
+    case DType::F32: store_and_attend(float{}); break;
+    case DType::F16: store_and_attend(uint16_t{}); break;
+    default:
+      throw Error(str_cat("forward: layer ", il, ": KV cache type ", dtype_name(view.dtype),
+                          " is not supported (", kv_dtype_names(), ")"));
+  }
 
   if (observer_ != nullptr)
     observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));

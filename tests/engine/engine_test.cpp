@@ -171,10 +171,10 @@ TEST(Engine, PreemptionUnderATightKvBudgetKeepsEveryOutput) {
   requests.resize(8);
   for (RequestParams& p : requests) p.max_tokens = 60;
   const std::vector<Output> want = run_alone(requests);
-  // stories260K: 5 layers x 2 x 4 KV heads x 8 x 4 bytes = 1280 bytes a token, 20 KiB a
-  // 16-token block. 16 blocks (256 tokens) cannot hold 8 requests of ~70-100 tokens.
+  // stories260K: 5 layers x 2 x 4 KV heads x 8 x 2 bytes (f16) = 640 bytes a token, 10 KiB
+  // a 16-token block. 16 blocks (256 tokens) cannot hold 8 requests of ~70-100 tokens.
   EngineOptions o = options(8, 64);
-  o.kv_budget_bytes = 16 * 20480;
+  o.kv_budget_bytes = 16 * 10240;
   Engine engine(*stories().model, *stories().tokenizer, o);
   engine.start();
   const std::vector<Output> got = run_together(engine, requests);
@@ -473,6 +473,53 @@ TEST(Engine, RejectsOptionsItCannotServe) {
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
   o = options(8, 4);  // fewer tokens per step than running sequences
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
+  o = options(1);
+  o.kv_type = DType::Q8_0;  // not a KV cache type (yet)
+  try {
+    Engine(*stories().model, *stories().tokenizer, o);
+    ADD_FAILURE() << "a q8_0 KV cache was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("KV cache type q8_0 is not supported (f32 or f16)"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(Engine, SizingUsesTheKvTypesBytesPerToken) {
+  EngineOptions o = options(3);
+  EXPECT_EQ(o.kv_type, DType::F16);  // the default, as llama.cpp's
+  const EngineSizing half = size_engine(*stories().model, o);
+  o.kv_type = DType::F32;
+  const EngineSizing full = size_engine(*stories().model, o);
+  EXPECT_EQ(half.kv.dtype, DType::F16);
+  EXPECT_EQ(full.kv.dtype, DType::F32);
+  // stories260K: 5 layers x 2 x 4 KV heads x 8 = 320 values a token; the default budget is
+  // 3 contexts of 512 tokens plus a partly filled block each.
+  EXPECT_EQ(kv_bytes_per_token(half.kv), 640u);
+  EXPECT_EQ(kv_bytes_per_token(full.kv), 1280u);
+  EXPECT_EQ(half.kv.budget_bytes, 640u * (512 + 16) * 3);
+  EXPECT_EQ(full.kv.budget_bytes, 2 * half.kv.budget_bytes);
+  // A fixed budget holds twice the tokens in f16.
+  o.kv_budget_bytes = 16 * 20480;
+  o.kv_type = DType::F16;
+  Engine f16(*stories().model, *stories().tokenizer, o);
+  o.kv_type = DType::F32;
+  Engine f32(*stories().model, *stories().tokenizer, o);
+  EXPECT_EQ(f16.metrics().kv_blocks_total, 32);
+  EXPECT_EQ(f32.metrics().kv_blocks_total, 16);
+  EXPECT_NE(f16.kv_summary().find("(f16)"), std::string::npos) << f16.kv_summary();
+  EXPECT_NE(f32.kv_summary().find("1.2 KiB/token"), std::string::npos) << f32.kv_summary();
+}
+
+// The f32 cache gives llama2.c's greedy tokens (checked above with the default f16 cache)
+// as well: both element types run the same forward.
+TEST(Engine, GreedyOutputWithAnF32CacheReproducesLlama2c) {
+  const std::vector<int32_t> want = llama2c_greedy_sequence();
+  EngineOptions o = options(1);
+  o.kv_type = DType::F32;
+  Engine engine(*stories().model, *stories().tokenizer, o);
+  engine.start();
+  const Output out = collect(*engine.submit(greedy("Once upon a time", 60)));
+  EXPECT_EQ(out.tokens, std::vector<int32_t>(want.begin() + 5, want.end()));
 }
 
 }  // namespace

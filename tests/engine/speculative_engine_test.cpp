@@ -314,7 +314,7 @@ TEST(SpeculativeEngine, PreemptedAndCancelledRequestsFreeTheirDraftBlocks) {
   std::vector<Output> plain;
   for (const RequestParams& p : requests) plain.push_back(run(*plain_engine, {p})[0]);
   EngineOptions o = options(6, SpecMethod::kDraftModel, /*adaptive=*/false);
-  o.kv_budget_bytes = 160 * models().target->config().n_layer * 2 * 4 * 8 * sizeof(float);  // 160 tokens
+  o.kv_budget_bytes = 160 * models().target->config().n_layer * 2 * 4 * 8 * sizeof(uint16_t);  // 160 f16 tokens
   auto e = engine_for(o);
   const std::vector<Output> got = run(*e, requests);
   for (size_t i = 0; i < requests.size(); ++i) EXPECT_EQ(got[i].tokens, plain[i].tokens) << "request " << i;

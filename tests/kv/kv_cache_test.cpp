@@ -109,6 +109,38 @@ TEST(KvCache, BytesPerTokenOfAGemma3_270mLikeModel) {
   EXPECT_EQ(half.bytes_per_token(), 18u * 1024);
 }
 
+TEST(KvCache, BytesPerTokenOfEachElementType) {
+  // Qwen2.5-coder-0.5B's shape: 24 layers x 2 KV heads x 64, one global group.
+  KvCacheConfig config;
+  config.layers = uniform_kv_layers(24, 2, 64);
+  config.max_sequences = 4;
+  config.budget_bytes = size_t{48} << 20;
+  const size_t f32_per_token = 2u * 24 * 2 * 64 * 4;  // 24 KiB
+  EXPECT_EQ(std::vector<DType>(std::begin(kKvDtypes), std::end(kKvDtypes)),
+            (std::vector<DType>{DType::F32, DType::F16}));
+  EXPECT_EQ(kv_dtype_names(), "f32 or f16");
+  for (DType dtype : kKvDtypes) {
+    SCOPED_TRACE(dtype_name(dtype));
+    config.dtype = dtype;
+    const size_t per_token = dtype == DType::F16 ? f32_per_token / 2 : f32_per_token;
+    EXPECT_EQ(kv_bytes_per_token(config), per_token);
+    KvCache cache(config);
+    EXPECT_EQ(cache.dtype(), dtype);
+    EXPECT_EQ(cache.bytes_per_token(), per_token);
+    EXPECT_EQ(cache.layer(0).row_bytes, per_token / 24 / 2);  // one K (or V) row of a layer
+    EXPECT_EQ(cache.layer(0).dtype, dtype);
+    // The same budget holds blocks in inverse proportion to the element size.
+    EXPECT_EQ(cache.group(0).n_blocks, static_cast<int32_t>(config.budget_bytes / (16 * per_token)));
+    EXPECT_EQ(static_cast<char*>(cache.k_row(0, 1, 0)) - static_cast<char*>(cache.k_row(0, 0, 0)),
+              static_cast<std::ptrdiff_t>(16 * per_token / 48));
+  }
+  config.dtype = DType::F16;
+  EXPECT_EQ(KvCache(config).summary(), "kv cache: 256 blocks x 16 tokens, 12.0 KiB/token, 48.0 MiB total (f16)");
+  EXPECT_TRUE(is_kv_dtype(DType::F16));
+  EXPECT_FALSE(is_kv_dtype(DType::BF16));
+  EXPECT_FALSE(is_kv_dtype(DType::Q8_0));
+}
+
 TEST(KvCache, BytesPerTokenAndSummaryOfAQwen2_5_1_5bLikeModel) {
   KvCacheConfig config;
   config.layers = uniform_kv_layers(28, 2, 128);

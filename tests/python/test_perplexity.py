@@ -1,11 +1,11 @@
 """`ridge perplexity` against a float64 numpy computation of the same windows.
 
-stories260K (F32 weights, so ridge computes in f32 throughout) on WikiText-2: the
-perplexity ridge prints equals the reference forward's over llama-perplexity's windows
-(n_ctx tokens, BOS first, the second half scored); the base-logits file holds the
-reference's log-probabilities to its uint16 precision; the KL divergence of the model
-against itself is 0, and against a noisy copy it is what numpy computes from the same
-base file; bad inputs are clear errors and leave no file behind.
+stories260K (F32 weights and an f32 KV cache, so ridge computes in f32 throughout) on
+WikiText-2: the perplexity ridge prints equals the reference forward's over
+llama-perplexity's windows (n_ctx tokens, BOS first, the second half scored); the
+base-logits file holds the reference's log-probabilities to its uint16 precision; the KL
+divergence of the model against itself is 0, and against a noisy copy it is what numpy
+computes from the same base file; bad inputs are clear errors and leave no file behind.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def reference_log_probs(model_path: Path, windows: np.ndarray, bos: int) -> np.n
 def base(tmp_path_factory):
     path = tmp_path_factory.mktemp("ppl") / "base.kld"
     stdout, _ = run("perplexity", "-m", STORIES, "-f", WIKI, "-c", N_CTX, "--chunks", CHUNKS, "-b", 256,
-                    "--kl-divergence-base", path)
+                    "--kv-type", "f32", "--kl-divergence-base", path)
     return path, stdout
 
 
@@ -95,7 +95,7 @@ def test_perplexity_is_the_float64_reference_over_the_same_windows(base):
 
 def test_kl_divergence_against_itself_is_zero(base):
     path, _ = base
-    stdout, _ = run("perplexity", "-m", STORIES, "--kl-divergence-base", path, "--kl-divergence")
+    stdout, _ = run("perplexity", "-m", STORIES, "--kl-divergence-base", path, "--kl-divergence", "--kv-type", "f32")
     mean_kld = float(re.search(r"Mean    KLD:\s+([-\d.]+)", stdout).group(1))
     assert abs(mean_kld) < 2e-4
     assert float(re.search(r"Same top p:\s+([\d.]+)", stdout).group(1)) == pytest.approx(100.0)
@@ -112,7 +112,7 @@ def test_kl_divergence_against_a_noisy_copy_matches_numpy(base, tmp_path):
     path, _ = base
     noisy = tmp_path / "noisy.gguf"
     write_noisy_copy(noisy, 0.1, 3)
-    stdout, _ = run("perplexity", "-m", noisy, "--kl-divergence-base", path, "--kl-divergence")
+    stdout, _ = run("perplexity", "-m", noisy, "--kl-divergence-base", path, "--kl-divergence", "--kv-type", "f32")
     _, _, _, windows, stored, _ = read_base(path)
     q = reference_log_probs(noisy, windows, bos=1)
     keep = stored > -16  # llama.cpp's definition sums over base log-probs above -16

@@ -343,10 +343,10 @@ def test_errors_name_the_numbers(stories):
 
 
 def test_a_small_kv_budget_is_the_limit_the_server_checks_and_reports():
-    # 0.05 MiB of KV at 1.25 KiB/token holds two 16-token blocks: one request may use 32
-    # tokens although the context is 512. The server must refuse past 32 itself, naming
-    # the field, and /v1/models must say 32.
-    with RidgeServer(STORIES, "--parallel", 1, "-c", 512, "--kv-budget", 0.05) as server:
+    # 0.025 MiB of KV at 0.625 KiB/token (f16, the default) holds two 16-token blocks: one
+    # request may use 32 tokens although the context is 512. The server must refuse past
+    # 32 itself, naming the field, and /v1/models must say 32.
+    with RidgeServer(STORIES, "--parallel", 1, "-c", 512, "--kv-budget", 0.025) as server:
         status, _, body = server.get("/v1/models")
         assert status == 200 and json.loads(body)["data"][0]["meta"]["n_ctx"] == 32
         got_status, err = error_of(server, {"prompt": "Once", "max_tokens": 40})

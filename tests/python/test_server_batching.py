@@ -116,13 +116,13 @@ def test_disconnect_mid_stream_frees_kv_blocks():
 
 
 def test_preemption_under_a_small_kv_budget_keeps_outputs():
-    # stories260K: 5 layers x 4 KV heads x 8 dims x (K + V) x 4 bytes = 1280 bytes per token,
-    # 20 KiB per 16-token block: 0.4 MiB is 20 blocks, 320 tokens, while each request of
-    # ~220 tokens needs 14 blocks: any two that overlap must preempt (on a loaded machine
-    # the eight client threads may not all start together).
+    # stories260K: 5 layers x 4 KV heads x 8 dims x (K + V) x 2 bytes (f16, the default) = 640
+    # bytes per token, 10 KiB per 16-token block: 0.2 MiB is 20 blocks, 320 tokens, while
+    # each request of ~220 tokens needs 14 blocks: any two that overlap must preempt (on a
+    # loaded machine the eight client threads may not all start together).
     bodies = [{"prompt": " ".join(WORDS[: 4 + i]), "max_tokens": 200 + 3 * i, "temperature": 0, "ignore_eos": True}
               for i in range(8)]
-    with RidgeServer(STORIES, "--parallel", 8, "-c", 256, "--kv-budget", 0.4, "--max-batch-tokens", 64,
+    with RidgeServer(STORIES, "--parallel", 8, "-c", 256, "--kv-budget", 0.2, "--max-batch-tokens", 64,
                      "--alias", "stories") as server:
         total = server.metrics()["ridge_kv_blocks_total"]
         assert total <= 24, "the budget should allow only a few sequences"
