@@ -41,6 +41,7 @@ namespace {
 struct BenchOptions {
   std::string model;
   std::vector<int> n_prompt{512};
+  std::vector<int> depth{0};  // tests run after this many tokens of context (llama-bench -d)
   std::vector<int> n_gen{128};
   std::vector<int> threads;       // empty: all cores
   std::vector<int> batch;         // decode sequences per step for the batched sweep
@@ -72,7 +73,7 @@ struct SpecCounts {
 
 struct Result {
   std::string test;         // "pp512", "tg128", "tg128 x8"
-  int n_prompt = 0, n_gen = 0, n_seq = 1, threads = 0;
+  int n_prompt = 0, n_gen = 0, n_seq = 1, threads = 0, depth = 0;
   std::vector<double> samples_ns;
   std::vector<double> step_ns;  // tg: median latency of each decode step, by position
   double tokens = 0;        // tokens per sample
@@ -171,7 +172,8 @@ double kv_bytes_read(const ModelConfig& c, DType kv_type, int64_t pos) {
 // speculative flags a second engine on the same model speculates, for tg beside plain.
 class Runner {
  public:
-  Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context, const BenchOptions& opt)
+  Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context, int max_depth,
+         const BenchOptions& opt)
       : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs), .weights = opt.weights.format_for_load()})) {
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
     if (!opt.prompt_file.empty()) {
@@ -184,12 +186,20 @@ class Runner {
     EngineOptions o;
     o.parallel = max_seqs;
     o.max_batch_tokens = std::max(n_batch, max_seqs);
-    o.n_ctx = max_context + 1 + static_cast<int>(prompt_.size());  // pp: the prompt and its sampled token
+    // pp: the prompt and its sampled token; tg at depth: the context, one token more.
+    o.n_ctx = max_depth + max_context + 2 + static_cast<int>(prompt_.size());
     o.max_queue = std::max(max_seqs, 64);
     o.prefix_cache = false;
     o.kv_type = opt.kv.dtype();
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
     engine_->start();
+    if (max_depth > 0) {  // pp at depth: the context prefilled once, then found in the prefix cache
+      EngineOptions d = o;
+      d.parallel = 1;
+      d.prefix_cache = true;
+      depth_engine_ = std::make_unique<Engine>(*model_, *tokenizer_, d);
+      depth_engine_->start();
+    }
     o.speculative = opt.spec.options();
     if (o.speculative.method != SpecMethod::kNone) {
       draft_ = opt.spec.load_draft(*model_);
@@ -198,7 +208,9 @@ class Runner {
     }
     std::mt19937 rng(1234);
     std::uniform_int_distribution<int32_t> token(0, model_->config().n_vocab - 1);
-    tokens_.resize(static_cast<size_t>(max_context) + static_cast<size_t>(max_seqs) + 16);
+    // The context, then fresh prompts for each repetition at depth.
+    suffix_start_ = max_depth + max_context + max_seqs + 16;
+    tokens_.resize(static_cast<size_t>(suffix_start_) + static_cast<size_t>(opt.reps + 2) * max_context);
     for (int32_t& t : tokens_) t = token(rng);
   }
 
@@ -207,20 +219,33 @@ class Runner {
   bool speculates() const { return spec_engine_ != nullptr; }
 
   // Seconds to compute n_prompt tokens of one fresh sequence (chunks of n_batch per step)
-  // and sample its first token.
-  double prompt(int n_prompt) {
+  // and sample its first token. At a depth, the sequence starts with that many tokens of
+  // context already in the cache (a prefix-cache hit; prefilled by the first call) and
+  // call `rep` brings its own fresh n_prompt tokens.
+  double prompt(int n_prompt, int depth = 0, int rep = 0) {
+    if (depth == 0) {
+      const auto start = Clock::now();
+      run(*engine_, {request(0, n_prompt, 1)}, nullptr, nullptr);
+      return seconds_since(start);
+    }
+    RequestParams p = request(0, depth, 1);
+    const auto suffix = tokens_.begin() + suffix_start_ + static_cast<std::ptrdiff_t>(rep) * n_prompt;
+    p.prompt.insert(p.prompt.end(), suffix, suffix + n_prompt);
     const auto start = Clock::now();
-    run(*engine_, {request(0, n_prompt, 1)}, nullptr, nullptr);
+    run(*depth_engine_, {std::move(p)}, nullptr, nullptr);
     return seconds_since(start);
   }
+  void prefill_depth(int depth) { run(*depth_engine_, {request(0, depth, 1)}, nullptr, nullptr); }
 
   // Seconds for n_gen decode steps of n_seq sequences started together from one token
   // each (or from the prompt: then from the first generated token on, n_gen - 1 steps);
   // each step's seconds (as the first sequence sees them) go to step_seconds when given.
   // Without the cache (use_cache false), step i computes positions 0..i afresh, as a
   // model with no KV cache must: a request of i + 1 prompt tokens and one sampled token.
+  // At a depth, each sequence first prefills that many tokens of its own context
+  // (untimed: the timing starts at its first token, and n_gen steps follow).
   double generate(int n_gen, int n_seq, bool use_cache, std::vector<double>* step_seconds = nullptr,
-                  bool speculative = false, SpecCounts* spec = nullptr) {
+                  bool speculative = false, SpecCounts* spec = nullptr, int depth = 0) {
     auto start = Clock::now();
     if (!use_cache) {
       for (int step = 0; step < n_gen; ++step) {
@@ -231,9 +256,13 @@ class Runner {
       return seconds_since(start);
     }
     std::vector<RequestParams> requests;
-    for (int s = 0; s < n_seq; ++s) requests.push_back(request(s, 1, n_gen));
-    const Clock::time_point first = run(speculative ? *spec_engine_ : *engine_, std::move(requests), step_seconds, spec);
-    if (has_prompt()) start = first;
+    for (int s = 0; s < n_seq; ++s) requests.push_back(request(s, depth > 0 ? depth : 1, depth > 0 ? n_gen + 1 : n_gen));
+    std::vector<double> steps;
+    const Clock::time_point first =
+        run(speculative ? *spec_engine_ : *engine_, std::move(requests), step_seconds ? &steps : nullptr, spec);
+    if (step_seconds != nullptr)  // at a depth, the first token came with the untimed prefill
+      step_seconds->insert(step_seconds->end(), steps.begin() + (depth > 0 && !steps.empty() ? 1 : 0), steps.end());
+    if (has_prompt() || depth > 0) start = first;
     return seconds_since(start);
   }
 
@@ -287,7 +316,9 @@ class Runner {
   std::unique_ptr<Tokenizer> tokenizer_;
   std::unique_ptr<Engine> engine_;
   std::unique_ptr<Engine> spec_engine_;
+  std::unique_ptr<Engine> depth_engine_;  // prefix cache on: pp at depth
   std::vector<int32_t> tokens_;
+  int suffix_start_ = 0;
   std::vector<int32_t> prompt_;
 };
 
@@ -340,6 +371,7 @@ nlohmann::json to_json(const ModelFacts& m, const Result& r, int n_batch) {
                       {"model_size", m.size},
                       {"model_n_params", m.n_params},
                       {"n_prompt", r.n_prompt},
+                      {"n_depth", r.depth},
                       {"n_gen", r.n_gen},
                       {"n_batch", n_batch},
                       {"n_seq", r.n_seq},
@@ -382,6 +414,11 @@ void bench(BenchOptions opt) {
   if (opt.n_batch < 1) throw Error(str_cat("-b must be >= 1, got ", opt.n_batch));
   check_positive(opt.n_prompt, "-p", true);
   check_positive(opt.n_gen, "-n", true);
+  check_positive(opt.depth, "-d", true);
+  if (opt.depth.empty()) opt.depth = {0};
+  const bool deep = *std::max_element(opt.depth.begin(), opt.depth.end()) > 0;
+  if (deep && (opt.no_kv_cache || !opt.prompt_file.empty()))
+    throw Error("-d puts a context in the cache first; it does not combine with --no-kv-cache or --prompt-file");
   check_positive(opt.threads, "-t", false);
   check_positive(opt.batch, "--batch", false);
   if (opt.no_kv_cache && !opt.batch.empty()) throw Error("--no-kv-cache measures one sequence; drop --batch");
@@ -396,12 +433,13 @@ void bench(BenchOptions opt) {
   const int max_gen = opt.n_gen.empty() ? 0 : *std::max_element(opt.n_gen.begin(), opt.n_gen.end());
   const int max_seqs = opt.batch.empty() ? 1 : std::max(1, *std::max_element(opt.batch.begin(), opt.batch.end()));
   const int max_context = std::max({max_prompt, max_gen, 1});
+  const int max_depth = *std::max_element(opt.depth.begin(), opt.depth.end());
 
   std::vector<Result> results;
   ModelFacts facts;
   bool header = false;
   for (int threads : opt.threads) {
-    Runner runner(path, threads, opt.n_batch, max_seqs, max_context, opt);
+    Runner runner(path, threads, opt.n_batch, max_seqs, max_context, max_depth, opt);
     if (!header) {
       facts = model_facts(path, runner.model());
       if (!opt.json) print_header();
@@ -416,30 +454,36 @@ void bench(BenchOptions opt) {
       if (!opt.json) print_row(facts, r);
       results.push_back(std::move(r));
     };
-    for (int n_prompt : opt.n_prompt) {
-      if (n_prompt == 0) continue;
-      Result r;
-      r.test = str_cat("pp", n_prompt);
-      r.n_prompt = n_prompt;
-      r.threads = threads;
-      r.tokens = n_prompt;
-      runner.prompt(n_prompt);  // warm-up
-      for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt) * 1e9);
-      finish(std::move(r));
-    }
+    for (int depth : opt.depth)
+      for (int n_prompt : opt.n_prompt) {
+        if (n_prompt == 0) continue;
+        Result r;
+        r.test = depth > 0 ? str_cat("pp", n_prompt, " @ d", depth) : str_cat("pp", n_prompt);
+        r.n_prompt = n_prompt;
+        r.depth = depth;
+        r.threads = threads;
+        r.tokens = n_prompt;
+        if (depth > 0) runner.prefill_depth(depth);
+        runner.prompt(n_prompt, depth, opt.reps);  // warm-up, with the last fresh prompt
+        for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt, depth, i) * 1e9);
+        finish(std::move(r));
+      }
     std::vector<Result> generated;  // printed after the second bandwidth probe
     std::vector<int> seq_counts = {1};
     for (int b : opt.batch)
       if (b != 1) seq_counts.push_back(b);
+    for (int depth : opt.depth)
     for (int n_gen : opt.n_gen) {
       if (n_gen == 0) continue;
       double kv = 0;
-      for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, opt.kv.dtype(), p) / n_gen;
+      for (int p = 0; p < n_gen; ++p) kv += kv_bytes_read(c, opt.kv.dtype(), depth + p) / n_gen;
       for (int n_seq : seq_counts) {
         for (bool speculative : {false, true}) {
           if (speculative && !runner.speculates()) continue;
           Result r;
           r.test = n_seq == 1 ? str_cat("tg", n_gen) : str_cat("tg", n_gen, " x", n_seq);
+          if (depth > 0) r.test += str_cat(" @ d", depth);
+          r.depth = depth;
           if (opt.no_kv_cache) r.test += " nocache";
           if (speculative) {
             r.spec_method = spec_method_name(opt.spec.options().method);
@@ -449,18 +493,18 @@ void bench(BenchOptions opt) {
           r.n_seq = n_seq;
           r.threads = threads;
           // From a prompt the first token comes with the prefill, which is not timed.
-          r.tokens = static_cast<double>(runner.has_prompt() ? n_gen - 1 : n_gen) * n_seq;
+          r.tokens = static_cast<double>(runner.has_prompt() && depth == 0 ? n_gen - 1 : n_gen) * n_seq;
           // Without the cache a step reads the weights once but computes every position:
           // it is no longer a bytes-per-token problem, so no roofline figure; nor with
           // speculation, which reads the weights once for several tokens.
           if (!opt.no_kv_cache && !speculative && !runner.has_prompt())
             r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
-          runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache, nullptr, speculative);  // warm-up
+          runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache, nullptr, speculative, nullptr, depth);  // warm-up
           const uint64_t experts_before = runner.model().expert_bytes_read();
           std::vector<std::vector<double>> steps(opt.reps);
           for (int i = 0; i < opt.reps; ++i)
             r.samples_ns.push_back(
-                runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i], speculative, &r.spec) * 1e9);
+                runner.generate(n_gen, n_seq, !opt.no_kv_cache, &steps[i], speculative, &r.spec, depth) * 1e9);
           if (r.bytes_per_token > 0 && c.n_expert > 0) {
             // Mixture of experts: the experts the routers picked, as read (a batch's tokens
             // that share an expert share its bytes), beside the dense weights.
@@ -512,6 +556,10 @@ void add_bench_command(CLI::App& app) {
   auto opt = std::make_shared<BenchOptions>();
   CLI::App* cmd = app.add_subcommand("bench", "Measure prompt and generation speed (like llama-bench) and the roofline");
   cmd->add_option("-m,--model", opt->model, "GGUF file or cached model name")->required();
+  cmd->add_option("-d,--n-depth", opt->depth,
+                  "Run every test after this many tokens of context are in the cache (comma-separated, llama-bench's -d)")
+      ->delimiter(',')
+      ->capture_default_str();
   cmd->add_option("-p,--n-prompt", opt->n_prompt, "Prompt lengths to test (comma-separated; 0: none)")
       ->delimiter(',')
       ->capture_default_str();

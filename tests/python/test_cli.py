@@ -226,6 +226,21 @@ def test_bench_json_reports_each_step_with_and_without_cache():
     expect_error("bench", "-m", STORIES, "--no-kv-cache", "--batch", "4", phrase="drop --batch")
 
 
+def test_bench_at_depth_runs_after_a_context_and_counts_its_kv_bytes():
+    out = json.loads(ridge("bench", "-m", STORIES, "-p", "32", "-n", "8", "-d", "0,200", "-r", "2", "-t", "1", "--json",
+                           "--no-bandwidth").stdout)
+    rows = {r["test"]: r for r in out}
+    assert set(rows) == {"pp32", "pp32 @ d200", "tg8", "tg8 @ d200"}, rows.keys()
+    assert rows["tg8 @ d200"]["n_depth"] == 200 and rows["tg8"]["n_depth"] == 0
+    assert len(rows["tg8 @ d200"]["step_ns"]) == 8, "the prefill's token is not a timed step"
+    # stories260K: 5 layers x 4 KV heads x 8 dims x K and V x 2 bytes (f16) = 640 bytes per
+    # visible position, 200 more of them at depth 200.
+    extra = rows["tg8 @ d200"]["bytes_per_token"] - rows["tg8"]["bytes_per_token"]
+    assert extra == pytest.approx(200 * 640, rel=1e-9), extra
+    expect_error("bench", "-m", STORIES, "-d", "64", "--no-kv-cache", phrase="-d puts a context in the cache first")
+    expect_error("bench", "-m", STORIES, "-d", "-5", phrase="-d values must be >= 0")
+
+
 def test_bench_speculative_rows_beside_plain_and_spec_sim_reads_them(tmp_path):
     prompt = tmp_path / "prompt.txt"
     prompt.write_text("Tom had a red ball. Tom had a red ball. Tom had a red ball. Tom")
