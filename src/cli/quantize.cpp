@@ -1,7 +1,9 @@
-// `ridge quantize IN.gguf OUT.gguf TYPE [--method rtn]`: a model in another GGUF type, with
-// llama-quantize's per-tensor choices (quant/recipe.h) and its metadata; the output is a
-// standard GGUF that llama.cpp loads. Progress on stderr; the input is never overwritten
-// and a failed run leaves no output file.
+// `ridge quantize IN.gguf OUT.gguf TYPE [--method rtn] [--imatrix FILE]`: a model in
+// another GGUF type, with llama-quantize's per-tensor choices (quant/recipe.h) and its
+// metadata; the output is a standard GGUF that llama.cpp loads. With --imatrix (ridge's or
+// llama-imatrix's, GGUF or legacy .dat) the types whose ggml quantizer takes importance
+// weigh each column by it, as llama-quantize --imatrix does. Progress on stderr; the input
+// is never overwritten and a failed run leaves no output file.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
@@ -13,10 +15,12 @@
 
 #include "cli/commands.h"
 #include "core/error.h"
+#include "core/quant_weighted.h"
 #include "model/model.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
 #include "quant/gptq_model.h"
+#include "quant/imatrix.h"
 #include "quant/quantize.h"
 #include "tokenizer/tokenizer.h"
 
@@ -34,18 +38,64 @@ struct QuantizeCliOptions {
   double damp = 0.01;
   bool act_order = false;
   float awq_alpha = -1.0f;
+  std::string imatrix;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+gguf::KeyValue string_kv(std::string key, std::string value) {
+  return {std::move(key), gguf::Value{gguf::ValueType::STRING, std::move(value)}};
+}
+
+gguf::KeyValue u32_kv(std::string key, uint64_t value) {
+  return {std::move(key), gguf::Value{gguf::ValueType::UINT32, value}};
 }
 
 std::string mib(uint64_t bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f MiB", static_cast<double>(bytes) / (1 << 20));
   return buf;
+}
+
+// --imatrix: read and checked against the model before any work; o.quantizer then weighs
+// each matrix by its entry. GPTQ already weighs columns by its Hessian, whose diagonal is
+// the importance matrix; AWQ rescales the columns the importance describes, so the two do
+// not combine.
+void use_imatrix(const QuantizeCliOptions& opt, quant::QuantizeOptions& o) {
+  if (opt.method == "awq")
+    throw Error("--imatrix does not combine with --method awq (AWQ rescales the columns the importance describes)");
+  const quant::Imatrix im = quant::read_imatrix(opt.imatrix);
+  auto importance = std::make_shared<const quant::ModelImportance>(im, gguf::File::open(o.input));
+  const std::string source =
+      str_cat(im.chunk_count, " chunks", im.chunk_size > 0 ? str_cat(" of ", im.chunk_size, " tokens") : "",
+              im.datasets.empty() ? "" : " of " + im.datasets.front());
+  std::fprintf(stderr, "quantize: imatrix %s: %zu entries for this model from %s\n", opt.imatrix.c_str(),
+               importance->size(), source.c_str());
+  if (!importance->unmatched().empty())
+    std::fprintf(stderr, "quantize: note: %zu imatrix entries name no tensor of the model (first: %s)\n",
+                 importance->unmatched().size(), importance->unmatched().front().c_str());
+  if (!quantizer_uses_importance(o.target.base))
+    std::fprintf(stderr, "quantize: note: %s quantizes without importance (as llama-quantize): the imatrix changes "
+                         "nothing\n",
+                 o.target.name.c_str());
+  if (opt.method != "rtn") {
+    std::fprintf(stderr, "quantize: note: --imatrix ignored: GPTQ weighs columns by its Hessian, whose diagonal is "
+                         "the importance\n");
+    return;
+  }
+  o.extra_metadata.push_back(string_kv("quantize.imatrix.file", opt.imatrix));
+  if (!im.datasets.empty()) o.extra_metadata.push_back(string_kv("quantize.imatrix.dataset", im.datasets.front()));
+  o.extra_metadata.push_back(u32_kv("quantize.imatrix.entries_count", importance->size()));
+  if (im.chunk_count > 0) o.extra_metadata.push_back(u32_kv("quantize.imatrix.chunks_count", im.chunk_count));
+  o.quantizer = [importance, threads = opt.threads](const std::string& name, DType type, const float* rows,
+                                                    int64_t n_rows, int64_t n_cols, uint8_t* out) {
+    const quant::ModelImportance::Matrix* m = importance->find(name);
+    if (m == nullptr) {
+      if (quantizer_uses_importance(type))
+        std::fprintf(stderr, "quantize: note: no imatrix entry for %s; quantized without importance\n", name.c_str());
+      quant::quantize_rows_reference(type, rows, n_rows, n_cols, out, threads);
+      return;
+    }
+    quant::quantize_rows_weighted(type, rows, n_rows, n_cols, m->values.data(), m->n_mat, out, threads);
+  };
 }
 
 void quantize(const QuantizeCliOptions& opt) {
@@ -56,10 +106,12 @@ void quantize(const QuantizeCliOptions& opt) {
   o.threads = opt.threads;
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
-  o.extra_metadata.push_back({"quantize.method", opt.method});
+  o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
   std::fprintf(stderr, "quantize: %s -> %s as %s (%s)\n", o.input.c_str(), o.output.c_str(), o.target.name.c_str(),
                opt.method.c_str());
   auto progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
+
+  if (!opt.imatrix.empty()) use_imatrix(opt, o);
 
   // Calibrated methods: the model runs over the calibration text. AWQ rescales matrices
   // and norms (o.overrides); GPTQ quantizes the layer matrices itself (o.quantizer).
@@ -74,11 +126,13 @@ void quantize(const QuantizeCliOptions& opt) {
     model = Model::load(o.input, {.n_threads = opt.threads, .max_batch_tokens = opt.calib_ctx});
     const Tokenizer tok = Tokenizer::from_gguf(model->file());
     const quant::CalibrationSet set =
-        quant::calibration_windows(tok, read_text(opt.calib), opt.calib_ctx, opt.calib_windows, opt.calib_skip_tokens);
+        quant::calibration_windows(tok, read_text_file(opt.calib), opt.calib_ctx, opt.calib_windows,
+                                   opt.calib_skip_tokens);
     std::fprintf(stderr, "quantize: calibrating on %zu windows of %d tokens of %s (from token %lld)\n",
                  set.windows.size(), set.n_ctx, opt.calib.c_str(), static_cast<long long>(opt.calib_skip_tokens));
-    o.extra_metadata.push_back({"quantize.calibration", str_cat(opt.calib, ": ", set.windows.size(), " windows of ",
-                                                                set.n_ctx, " tokens from token ", opt.calib_skip_tokens)});
+    const std::string calibration = str_cat(opt.calib, ": ", set.windows.size(), " windows of ", set.n_ctx,
+                                            " tokens from token ", opt.calib_skip_tokens);
+    o.extra_metadata.push_back(string_kv("quantize.calibration", calibration));
     if (opt.method == "awq" || opt.method == "awq-gptq") {
       quant::AwqOptions a;
       a.fixed_alpha = opt.awq_alpha;
@@ -136,8 +190,17 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--act-order", opt->act_order, "GPTQ: quantize blocks in order of decreasing importance");
   cmd->add_option("--awq-alpha", opt->awq_alpha, "AWQ: this alpha everywhere instead of the search (-1: search)")
       ->capture_default_str();
+  cmd->add_option("--imatrix", opt->imatrix,
+                  "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "
+                  "quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K by");
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->callback([opt] { quantize(*opt); });
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw Error(str_cat(path, ": cannot open"));
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace ridge::cli

@@ -2,6 +2,8 @@
 // format), following ggml's quantize_row_*_ref: fit each group's scale (and min), quantize
 // the group scales against a super-block scale stored as f16, then re-round every value
 // against the scales actually stored, so the codes fit what a reader will reconstruct.
+// Q4_K, Q5_K and Q6_K also have importance-weighted variants (core/quant_weighted.h,
+// ggml's quantize_row_*_impl), which differ only in how they fit scales.
 #include "core/quant_exact_fp.h"  // first: no FMA contraction in this file
 
 #include <algorithm>
@@ -13,12 +15,15 @@
 #include "core/quant.h"
 #include "core/quant_blocks.h"
 #include "core/quant_k_search.h"
+#include "core/quant_weighted.h"
 
 namespace ridge {
 
+using quant_k::fit_positive_scale;
 using quant_k::fit_scale_and_min;
 using quant_k::fit_symmetric_scale;
 using quant_k::fit_symmetric_scale_q3;
+using quant_k::fit_symmetric_scale_weighted;
 using quant_k::kGroupMaxEps;
 using quant_k::nearest_int;
 
@@ -34,8 +39,24 @@ void pack_2bit(const uint8_t* codes, uint8_t* qs) {
     }
 }
 
-// Q4_K/Q5_K: per-group scales and mins (8 groups of 32) quantized to 6 bits against
-// their maxima, packed as unpack_scale_min_k4 reads them; stores d and dmin.
+// Q4_K/Q5_K: 6-bit codes of the 8 group scales (ls) and mins (lm), packed as
+// unpack_scale_min_k4 reads them.
+void pack_scales_mins_k4(const uint8_t* ls, const uint8_t* lm, uint8_t* packed) {
+  std::memset(packed, 0, kKScaleBytes);
+  for (int g = 0; g < 8; ++g) {
+    if (g < 4) {
+      packed[g] = ls[g];
+      packed[g + 4] = lm[g];
+    } else {
+      packed[g + 4] = static_cast<uint8_t>((ls[g] & 0xf) | ((lm[g] & 0xf) << 4));
+      packed[g - 4] |= static_cast<uint8_t>((ls[g] >> 4) << 6);
+      packed[g] |= static_cast<uint8_t>((lm[g] >> 4) << 6);
+    }
+  }
+}
+
+// Q4_K/Q5_K reference: per-group scales and mins (8 groups of 32) quantized to 6 bits
+// against their maxima; stores d and dmin.
 void store_scales_mins_k4(const float* scales, const float* mins, uint8_t* packed,
                           uint16_t* d, uint16_t* dmin) {
   float max_scale = 0;
@@ -46,36 +67,67 @@ void store_scales_mins_k4(const float* scales, const float* mins, uint8_t* packe
   }
   const float inv_scale = max_scale > 0 ? 63.f / max_scale : 0.f;
   const float inv_min = max_min > 0 ? 63.f / max_min : 0.f;
+  // The uint8 wrap of a negative code, then the clamp, are ggml's.
+  const auto code6 = [](float v) {
+    return std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(v)));
+  };
+  uint8_t ls[8];
+  uint8_t lm[8];
   for (int g = 0; g < 8; ++g) {
-    // The uint8 wrap of a negative code, then the clamp, are ggml's.
-    const auto code6 = [](float v) {
-      return std::min<uint8_t>(63, static_cast<uint8_t>(nearest_int(v)));
-    };
-    const uint8_t ls = code6(inv_scale * scales[g]);
-    const uint8_t lm = code6(inv_min * mins[g]);
-    if (g < 4) {
-      packed[g] = ls;
-      packed[g + 4] = lm;
-    } else {
-      packed[g + 4] = static_cast<uint8_t>((ls & 0xf) | ((lm & 0xf) << 4));
-      packed[g - 4] |= static_cast<uint8_t>((ls >> 4) << 6);
-      packed[g] |= static_cast<uint8_t>((lm >> 4) << 6);
-    }
+    ls[g] = code6(inv_scale * scales[g]);
+    lm[g] = code6(inv_min * mins[g]);
   }
+  pack_scales_mins_k4(ls, lm, packed);
   *d = fp32_to_fp16(max_scale / 63.f);
   *dmin = fp32_to_fp16(max_min / 63.f);
 }
 
-// Q4_K/Q5_K: fits all 8 groups of a super-block (weights favour large values) and
-// re-rounds against the stored scales; codes in 0..nmax.
+// Q4_K/Q5_K weighted: group scales and mins quantized by the weighted search, each group
+// weighing the sum of its values' weights (sum_weights). ggml clamps the codes at 63 for
+// Q5_K only, which matters only if a negative group scale wrapped its uint8 code.
+void store_scales_mins_k4_weighted(const float* scales, const float* mins, const float* sum_weights,
+                                   bool clamp_codes, uint8_t* packed, uint16_t* d, uint16_t* dmin) {
+  uint8_t ls[8];
+  uint8_t lm[8];
+  const float d_block = fit_positive_scale(8, 63, scales, sum_weights, ls);
+  const float m_block = fit_positive_scale(8, 63, mins, sum_weights, lm);
+  for (int g = 0; g < 8 && clamp_codes; ++g) {
+    ls[g] = std::min<uint8_t>(63, ls[g]);
+    lm[g] = std::min<uint8_t>(63, lm[g]);
+  }
+  pack_scales_mins_k4(ls, lm, packed);
+  *d = fp32_to_fp16(d_block);
+  *dmin = fp32_to_fp16(m_block);
+}
+
+// Q4_K/Q5_K: fits all 8 groups of a super-block and re-rounds against the stored scales;
+// codes in 0..nmax. Without importance, weights favour large values (the reference);
+// with it, value x weighs importance * sqrt(sigma2 + x^2), sigma2 twice the super-block's
+// mean square, and the search is finer.
 void quantize_super_block_k4(const float* x, int nmax, float rmin, int nstep, uint8_t* packed,
-                             uint16_t* d, uint16_t* dmin, uint8_t* codes) {
+                             uint16_t* d, uint16_t* dmin, uint8_t* codes, const float* importance) {
   float scales[8];
   float mins[8];
+  float sum_weights[8];
   float weights[32];
   uint8_t scratch[32];
+  float sigma2 = 0;
+  if (importance != nullptr) {
+    float sum_x2 = 0;
+    for (int l = 0; l < kQK_K; ++l) sum_x2 += x[l] * x[l];
+    sigma2 = 2 * sum_x2 / kQK_K;
+  }
   for (int g = 0; g < 8; ++g) {
     const float* xg = x + 32 * g;
+    if (importance != nullptr) {
+      const float* ig = importance + 32 * g;
+      for (int l = 0; l < 32; ++l) weights[l] = ig[l] * std::sqrt(sigma2 + xg[l] * xg[l]);
+      sum_weights[g] = 0;
+      for (int l = 0; l < 32; ++l) sum_weights[g] += weights[l];
+      scales[g] = fit_scale_and_min(32, nmax, xg, weights, codes + 32 * g, &mins[g], scratch,
+                                    -0.9f, 0.05f, 36, false);
+      continue;
+    }
     float sum_x2 = 0;
     for (int l = 0; l < 32; ++l) sum_x2 += xg[l] * xg[l];
     const float av_x = std::sqrt(sum_x2 / 32);
@@ -83,8 +135,10 @@ void quantize_super_block_k4(const float* x, int nmax, float rmin, int nstep, ui
     scales[g] = fit_scale_and_min(32, nmax, xg, weights, codes + 32 * g, &mins[g], scratch,
                                   rmin, 0.1f, nstep, false);
   }
-  std::memset(packed, 0, kKScaleBytes);
-  store_scales_mins_k4(scales, mins, packed, d, dmin);
+  if (importance != nullptr)
+    store_scales_mins_k4_weighted(scales, mins, sum_weights, /*clamp_codes=*/nmax == 31, packed, d, dmin);
+  else
+    store_scales_mins_k4(scales, mins, packed, d, dmin);
   for (int g = 0; g < 8; ++g) {
     uint8_t scale, min;
     unpack_scale_min_k4(g, packed, &scale, &min);
@@ -207,13 +261,18 @@ void quantize_row_q3_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
+namespace {
+
+// The K-quant rows with importance ([n], the weighted variants) or without (null: the
+// references); importance advances with src.
+void quantize_q4_k(const float* src, void* dst, int64_t n, const float* importance) {
   assert(n % kQK_K == 0);
   auto* blocks = static_cast<BlockQ4_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K) {
     BlockQ4_K& y = blocks[b];
     uint8_t codes[kQK_K];
-    quantize_super_block_k4(src, 15, -1.f, 20, y.scales, &y.d, &y.dmin, codes);
+    quantize_super_block_k4(src, 15, -1.f, 20, y.scales, &y.d, &y.dmin, codes,
+                            importance ? importance + b * kQK_K : nullptr);
     for (int h = 0; h < 4; ++h)  // group 2h in low nibbles, 2h+1 in high nibbles
       for (int l = 0; l < 32; ++l)
         y.qs[32 * h + l] =
@@ -221,13 +280,14 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
+void quantize_q5_k(const float* src, void* dst, int64_t n, const float* importance) {
   assert(n % kQK_K == 0);
   auto* blocks = static_cast<BlockQ5_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K) {
     BlockQ5_K& y = blocks[b];
     uint8_t codes[kQK_K];
-    quantize_super_block_k4(src, 31, -0.5f, 15, y.scales, &y.d, &y.dmin, codes);
+    quantize_super_block_k4(src, 31, -0.5f, 15, y.scales, &y.d, &y.dmin, codes,
+                            importance ? importance + b * kQK_K : nullptr);
     std::memset(y.qh, 0, sizeof(y.qh));
     for (int h = 0; h < 4; ++h)
       for (int l = 0; l < 32; ++l) {
@@ -239,7 +299,8 @@ void quantize_row_q5_k(const float* src, void* dst, int64_t n) {
   }
 }
 
-void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
+// Q6_K weighted differs only in the group fit: weighted by the importance alone.
+void quantize_q6_k(const float* src, void* dst, int64_t n, const float* importance) {
   assert(n % kQK_K == 0);
   auto* blocks = static_cast<BlockQ6_K*>(dst);
   for (int64_t b = 0; b < n / kQK_K; ++b, src += kQK_K) {
@@ -249,7 +310,10 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
     float max_scale = 0;  // the group scale of largest magnitude, with its sign
     float max_abs_scale = 0;
     for (int g = 0; g < 16; ++g) {
-      scales[g] = fit_symmetric_scale(16, 32, src + 16 * g, codes + 16 * g);
+      const float* x = src + 16 * g;
+      scales[g] = importance != nullptr
+                      ? fit_symmetric_scale_weighted(16, 32, x, importance + b * kQK_K + 16 * g, codes + 16 * g)
+                      : fit_symmetric_scale(16, 32, x, codes + 16 * g);
       if (std::fabs(scales[g]) > max_abs_scale) {
         max_abs_scale = std::fabs(scales[g]);
         max_scale = scales[g];
@@ -281,6 +345,22 @@ void quantize_row_q6_k(const float* src, void* dst, int64_t n) {
                                                 ((c[64] >> 4) << 4) | ((c[96] >> 4) << 6));
       }
   }
+}
+
+}  // namespace
+
+void quantize_row_q4_k(const float* src, void* dst, int64_t n) { quantize_q4_k(src, dst, n, nullptr); }
+void quantize_row_q5_k(const float* src, void* dst, int64_t n) { quantize_q5_k(src, dst, n, nullptr); }
+void quantize_row_q6_k(const float* src, void* dst, int64_t n) { quantize_q6_k(src, dst, n, nullptr); }
+
+void quantize_row_q4_k_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_q4_k(src, dst, n, importance);
+}
+void quantize_row_q5_k_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_q5_k(src, dst, n, importance);
+}
+void quantize_row_q6_k_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  quantize_q6_k(src, dst, n, importance);
 }
 
 void quantize_row_q8_k(const float* src, void* dst, int64_t n) {

@@ -1,5 +1,6 @@
 // The 32-element block formats (Q4_0, Q4_1, Q5_0, Q5_1, Q8_0, Q8_1): dequantization as
-// GGUF defines it and ggml's reference quantizers, float operations in their order.
+// GGUF defines it, ggml's reference quantizers and its importance-weighted ones
+// (core/quant_weighted.h), float operations in their order.
 #include "core/quant_exact_fp.h"  // first: no FMA contraction in this file
 
 #include <algorithm>
@@ -7,10 +8,13 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "core/fp16.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "core/quant_k_search.h"
+#include "core/quant_weighted.h"
 
 namespace ridge {
 namespace {
@@ -257,6 +261,100 @@ void quantize_row_q8_1(const float* src, void* dst, int64_t n) {
     // ggml multiplies by the unrounded float scale, not the stored f16 one.
     blocks[b].s = fp32_to_fp16(static_cast<float>(q.sum) * q.d);
   }
+}
+
+// --- Importance-weighted (core/quant_weighted.h) ------------------------------------------
+
+namespace {
+
+// Value x of a row weighs importance * sqrt(sigma2 + x^2), sigma2 the row's mean square:
+// the importance of its column, more for large values, never nothing for small ones.
+float mean_square(const float* x, int64_t n) {
+  float sum = 0;
+  for (int64_t j = 0; j < n; ++j) sum += x[j] * x[j];
+  return sum / static_cast<float>(n);
+}
+
+void value_weights(const float* x, const float* importance, float sigma2, float* weights) {
+  for (int j = 0; j < 32; ++j) weights[j] = importance[j] * std::sqrt(sigma2 + x[j] * x[j]);
+}
+
+// 32 codes of 4 bits: element j in the low nibble of byte j, element j + 16 in the high.
+void pack_4bit(const uint8_t* codes, uint8_t* qs) {
+  for (int j = 0; j < 16; ++j) qs[j] = static_cast<uint8_t>(codes[j] | (codes[j + 16] << 4));
+}
+
+// 32 codes of 5 bits: the low four as pack_4bit, bit 4 of element j at bit j of qh.
+void pack_5bit(const uint8_t* codes, uint8_t* qs, uint8_t* qh) {
+  uint32_t high = 0;
+  for (int j = 0; j < 16; ++j) {
+    qs[j] = static_cast<uint8_t>((codes[j] & 0x0f) | ((codes[j + 16] & 0x0f) << 4));
+    high |= static_cast<uint32_t>(codes[j] >> 4) << j;
+    high |= static_cast<uint32_t>(codes[j + 16] >> 4) << (j + 16);
+  }
+  std::memcpy(qh, &high, sizeof(high));
+}
+
+// Q4_0 and Q5_0: symmetric codes from the weighted scale search; d is its least-squares
+// scale, not re-rounded against the stored f16.
+template <typename Block>
+void quantize_symmetric_weighted(const float* src, Block* blocks, int64_t n, const float* importance, int nmax) {
+  const float sigma2 = mean_square(src, n);
+  float weights[32];
+  int8_t codes[32];
+  for (int64_t b = 0; b < n / 32; ++b) {
+    value_weights(src + 32 * b, importance + 32 * b, sigma2, weights);
+    const float d = quant_k::fit_symmetric_scale_weighted(32, nmax, src + 32 * b, weights, codes);
+    blocks[b].d = fp32_to_fp16(d);
+    const auto* u = reinterpret_cast<const uint8_t*>(codes);
+    if constexpr (std::is_same_v<Block, BlockQ4_0>)
+      pack_4bit(u, blocks[b].qs);
+    else
+      pack_5bit(u, blocks[b].qs, blocks[b].qh);
+  }
+}
+
+// Q4_1 and Q5_1: scale and min from the weighted search K-quants use for their groups.
+template <typename Block>
+void quantize_asymmetric_weighted(const float* src, Block* blocks, int64_t n, const float* importance, int nmax) {
+  const float sigma2 = mean_square(src, n);
+  float weights[32];
+  uint8_t codes[32];
+  uint8_t scratch[32];
+  for (int64_t b = 0; b < n / 32; ++b) {
+    value_weights(src + 32 * b, importance + 32 * b, sigma2, weights);
+    float neg_min = 0;
+    const float d = quant_k::fit_scale_and_min(32, nmax, src + 32 * b, weights, codes, &neg_min, scratch, -0.9f,
+                                               0.05f, 36, false);
+    blocks[b].d = fp32_to_fp16(d);
+    blocks[b].m = fp32_to_fp16(-neg_min);
+    if constexpr (std::is_same_v<Block, BlockQ4_1>)
+      pack_4bit(codes, blocks[b].qs);
+    else
+      pack_5bit(codes, blocks[b].qs, blocks[b].qh);
+  }
+}
+
+}  // namespace
+
+void quantize_row_q4_0_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  assert(n % kQK4_0 == 0);
+  quantize_symmetric_weighted(src, static_cast<BlockQ4_0*>(dst), n, importance, 8);
+}
+
+void quantize_row_q5_0_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  assert(n % kQK5_0 == 0);
+  quantize_symmetric_weighted(src, static_cast<BlockQ5_0*>(dst), n, importance, 16);
+}
+
+void quantize_row_q4_1_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  assert(n % kQK4_1 == 0);
+  quantize_asymmetric_weighted(src, static_cast<BlockQ4_1*>(dst), n, importance, 15);
+}
+
+void quantize_row_q5_1_weighted(const float* src, void* dst, int64_t n, const float* importance) {
+  assert(n % kQK5_1 == 0);
+  quantize_asymmetric_weighted(src, static_cast<BlockQ5_1*>(dst), n, importance, 31);
 }
 
 }  // namespace ridge

@@ -1,6 +1,7 @@
 #include "quant/calibration.h"
 
 #include <algorithm>
+#include <span>
 
 #include "core/error.h"
 
@@ -37,7 +38,8 @@ CalibrationSet calibration_windows(const Tokenizer& tokenizer, const std::string
   return set;
 }
 
-void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observer) {
+void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observer,
+               const std::function<void(size_t done)>& on_window) {
   if (set.n_ctx > model.max_batch_tokens())
     throw Error(str_cat("calibration: windows of ", set.n_ctx, " tokens exceed the model's batch of ",
                         model.max_batch_tokens()));
@@ -52,12 +54,33 @@ void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observe
       batch.add_sequence(0, 0, w, LogitRows::kNone);
       model.forward(batch, cache, nullptr);
       cache.free_sequence(0);
+      if (on_window) on_window(static_cast<size_t>(&w - set.windows.data()) + 1);
     }
   } catch (...) {
     model.set_observer(nullptr);
     throw;
   }
   model.set_observer(nullptr);
+}
+
+std::vector<std::string> site_matrix_names(const gguf::File& file, int32_t il, MatmulSite site) {
+  static constexpr const char* kQkv[] = {"attn_q", "attn_k", "attn_v", "attn_qkv"};
+  static constexpr const char* kAttnOutput[] = {"attn_output"};
+  static constexpr const char* kGateUp[] = {"ffn_gate", "ffn_up"};
+  static constexpr const char* kDown[] = {"ffn_down"};
+  std::span<const char* const> candidates;
+  switch (site) {
+    case MatmulSite::kQkv: candidates = kQkv; break;
+    case MatmulSite::kAttnOutput: candidates = kAttnOutput; break;
+    case MatmulSite::kGateUp: candidates = kGateUp; break;
+    case MatmulSite::kDown: candidates = kDown; break;
+  }
+  std::vector<std::string> names;
+  for (const char* matrix : candidates) {
+    std::string name = str_cat("blk.", il, ".", matrix, ".weight");
+    if (file.find_tensor(name) != nullptr) names.push_back(std::move(name));
+  }
+  return names;
 }
 
 LayerwiseRunner::LayerwiseRunner(Model& model, const CalibrationSet& set) : model_(model), set_(set) {

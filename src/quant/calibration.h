@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -34,8 +35,15 @@ struct CalibrationSet {
 CalibrationSet calibration_windows(const Tokenizer& tokenizer, const std::string& text, int32_t n_ctx,
                                    int32_t max_windows, int64_t skip_tokens);
 
-// Every window through the whole model (a fresh sequence each) with the observer set.
-void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observer);
+// Every window through the whole model (a fresh sequence each) with the observer set;
+// on_window (if set) hears how many windows are done after each.
+void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observer,
+               const std::function<void(size_t done)>& on_window = nullptr);
+
+// The file's layer matrices (tensor names) that take a site's input in layer il: of
+// attn_q, attn_k, attn_v and a fused attn_qkv (kQkv); attn_output; ffn_gate and ffn_up,
+// fused or not (kGateUp); ffn_down: those present.
+std::vector<std::string> site_matrix_names(const gguf::File& file, int32_t il, MatmulSite site);
 
 // The windows' residual streams, advanced one layer at a time with the model's current
 // weights.

@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/quant_weighted.h"
 #include "core/thread_pool.h"
 #include "gguf/writer.h"
 
@@ -42,6 +43,20 @@ void quantize_rows_reference(DType type, const float* rows, int64_t n_rows, int6
   });
 }
 
+void quantize_rows_weighted(DType type, const float* rows, int64_t n_rows, int64_t n_cols, const float* importance,
+                            int64_t n_mat, uint8_t* out, int threads) {
+  if (n_mat < 1 || n_rows % n_mat != 0)
+    throw Error(str_cat("quantize: ", n_rows, " rows are not ", n_mat, " matrices of equal size"));
+  const int64_t rows_per_mat = n_rows / n_mat;
+  const size_t out_row = row_size(type, n_cols);
+  ThreadPool pool(threads);
+  pool.parallel_for_dynamic(n_rows, 16, [&](int64_t begin, int64_t end, int) {
+    for (int64_t r = begin; r < end; ++r)
+      quantize_row_weighted(type, rows + r * n_cols, out + static_cast<size_t>(r) * out_row, n_cols,
+                            importance + (r / rows_per_mat) * n_cols);
+  });
+}
+
 QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void(const std::string&)>& progress) {
   namespace fs = std::filesystem;
   std::error_code ec;
@@ -58,7 +73,7 @@ QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void
   }
   out.set_u32("general.file_type", o.target.file_type);
   out.set_u32("general.quantization_version", 2);
-  for (const auto& [key, value] : o.extra_metadata) out.set_string(key, value);
+  for (const gguf::KeyValue& kv : o.extra_metadata) out.set(kv.key, kv.value);
 
   ThreadPool pool(o.threads);
   std::vector<float> f32;

@@ -1,7 +1,7 @@
 // `ridge quantize`: a GGUF in, a GGUF of another type out, tensor by tensor. Every weight
 // matrix is dequantized to f32 and quantized to the type the recipe picks (quant/recipe.h)
-// with a RowQuantizer: the format's reference round-to-nearest quantizer by default, or
-// what GPTQ/AWQ put in its place. Metadata is carried over (general.file_type set to the
+// with a MatrixQuantizer: the format's reference round-to-nearest quantizer by default, or
+// what GPTQ/AWQ or an importance matrix (quant/imatrix.h) put in its place. Metadata is carried over (general.file_type set to the
 // target); the output is written to OUT.part and renamed, so a failed run leaves no file.
 //
 //   QuantizeOptions o{.input = "f16.gguf", .output = "q4.gguf", .target = parse_quant_target("Q4_K_M")};
@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "gguf/gguf.h"
 #include "quant/recipe.h"
 
 namespace ridge::quant {
@@ -35,7 +36,7 @@ struct QuantizeOptions {
   // f32 values to use instead of the file's (AWQ's scaled matrices and norms): matrices
   // are quantized from these, other tensors written from them in their own type.
   const std::map<std::string, std::vector<float>>* overrides = nullptr;
-  std::vector<std::pair<std::string, std::string>> extra_metadata;  // string keys to add (method, imatrix)
+  std::vector<gguf::KeyValue> extra_metadata;  // keys to add (method, calibration, imatrix)
 };
 
 struct QuantizeReport {
@@ -50,5 +51,11 @@ QuantizeReport quantize_model(const QuantizeOptions& options, const std::functio
 // The reference quantizer of `type` over rows, threaded over rows.
 void quantize_rows_reference(DType type, const float* rows, int64_t n_rows, int64_t n_cols, uint8_t* out,
                              int threads);
+
+// The importance-weighted quantizer of `type` (core/quant_weighted.h) over rows: the rows
+// are n_mat matrices of n_rows / n_mat rows each (the experts of a 3-D tensor), matrix m
+// weighted by importance[m][0..n_cols). Threaded over rows.
+void quantize_rows_weighted(DType type, const float* rows, int64_t n_rows, int64_t n_cols, const float* importance,
+                            int64_t n_mat, uint8_t* out, int threads);
 
 }  // namespace ridge::quant
