@@ -43,6 +43,9 @@ Model::Model(gguf::File file, const ModelOptions& options)
     expert_first_.resize(static_cast<size_t>(c.n_expert) + 1);
     expert_tokens_.resize(t * c.n_expert_used);
     expert_weights_.resize(t * c.n_expert_used);
+    token_experts_.resize(t * c.n_expert_used);
+    token_weights_.resize(t * c.n_expert_used);
+    expert_last_.reserve(static_cast<size_t>(c.n_expert));
     expert_in_.resize(t * c.n_embd);
     expert_out_.resize(t * c.n_embd);
     moe_sum_.resize(t * c.n_embd);

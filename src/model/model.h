@@ -176,6 +176,9 @@ class Model {
   std::vector<int32_t> expert_first_;         // [n_expert + 1] offsets into the lists
   std::vector<int32_t> expert_tokens_;        // [n_tokens * n_expert_used]
   std::vector<float> expert_weights_;         // [n_tokens * n_expert_used]
+  std::vector<int32_t> token_experts_;        // [n_tokens][n_expert_used] each token's choices
+  std::vector<float> token_weights_;          // [n_tokens][n_expert_used]
+  std::vector<int32_t> expert_last_;          // [n_expert] fill positions of the lists
   std::vector<float> expert_in_;              // [n_tokens][n_embd]
   std::vector<float> expert_out_;             // [n_tokens][n_embd]
   std::vector<float> moe_sum_;                // [n_tokens][n_embd]

@@ -19,44 +19,41 @@ void Model::route_tokens(int il, int32_t n) {
   const ModelConfig& c = config_;
   kernels::matmul(weights_.layers[il].gate_inp, h_.data(), router_.data(), n, pool_, scratch_);
   const int32_t k = c.n_expert_used;
+  // Each token's choices, once: [n][k] experts and weights; counts per expert.
   std::fill(expert_first_.begin(), expert_first_.end(), 0);
   int32_t chosen[256];
   float probs[256];
-  // Pass 1 counts each expert's tokens, pass 2 fills the lists at the offsets.
-  for (int pass = 0; pass < 2; ++pass) {
-    std::vector<int32_t>& next = expert_first_;
-    for (int32_t t = 0; t < n; ++t) {
-      const float* logits = router_.data() + static_cast<size_t>(t) * c.n_expert;
-      const float max = *std::max_element(logits, logits + c.n_expert);
-      double total = 0;
-      for (int32_t e = 0; e < c.n_expert; ++e) total += std::exp(static_cast<double>(logits[e] - max));
-      for (int32_t e = 0; e < c.n_expert; ++e) {
-        probs[e] = static_cast<float>(std::exp(static_cast<double>(logits[e] - max)) / total);
-        chosen[e] = e;
-      }
-      std::partial_sort(chosen, chosen + k, chosen + c.n_expert, [&](int32_t a, int32_t b) {
-        return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
-      });
-      double chosen_sum = 0;
-      for (int32_t j = 0; j < k; ++j) chosen_sum += probs[chosen[j]];
-      for (int32_t j = 0; j < k; ++j) {
-        const int32_t e = chosen[j];
-        if (pass == 0) {
-          ++next[e + 1];
-        } else {
-          const int32_t at = next[e]++;
-          expert_tokens_[at] = t;
-          expert_weights_[at] =
-              c.expert_weights_norm ? static_cast<float>(probs[e] / chosen_sum) : probs[e];
-        }
-      }
+  double exps[256];
+  for (int32_t t = 0; t < n; ++t) {
+    const float* logits = router_.data() + static_cast<size_t>(t) * c.n_expert;
+    const float max = *std::max_element(logits, logits + c.n_expert);
+    double total = 0;
+    for (int32_t e = 0; e < c.n_expert; ++e) total += exps[e] = std::exp(static_cast<double>(logits[e] - max));
+    for (int32_t e = 0; e < c.n_expert; ++e) {
+      probs[e] = static_cast<float>(exps[e] / total);
+      chosen[e] = e;
     }
-    if (pass == 0)  // counts -> start offsets
-      for (int32_t e = 0; e < c.n_expert; ++e) next[e + 1] += next[e];
+    std::partial_sort(chosen, chosen + k, chosen + c.n_expert, [&](int32_t a, int32_t b) {
+      return probs[a] > probs[b] || (probs[a] == probs[b] && a < b);
+    });
+    double chosen_sum = 0;
+    for (int32_t j = 0; j < k; ++j) chosen_sum += probs[chosen[j]];
+    for (int32_t j = 0; j < k; ++j) {
+      const int32_t e = chosen[j];
+      token_experts_[t * k + j] = e;
+      token_weights_[t * k + j] = c.expert_weights_norm ? static_cast<float>(probs[e] / chosen_sum) : probs[e];
+      ++expert_first_[e + 1];
+    }
   }
-  // Pass 2 advanced each start to the next expert's start; shift back.
-  for (int32_t e = c.n_expert; e > 0; --e) expert_first_[e] = expert_first_[e - 1];
-  expert_first_[0] = 0;
+  // Counting sort into per-expert lists, tokens in order within each.
+  for (int32_t e = 0; e < c.n_expert; ++e) expert_first_[e + 1] += expert_first_[e];
+  std::vector<int32_t>& next = expert_last_;
+  next.assign(expert_first_.begin(), expert_first_.end() - 1);
+  for (int32_t i = 0; i < n * k; ++i) {
+    const int32_t at = next[token_experts_[i]]++;
+    expert_tokens_[at] = i / k;
+    expert_weights_[at] = token_weights_[i];
+  }
 }
 
 void Model::moe_layer(int il, int32_t n) {
