@@ -2,6 +2,8 @@
 #pragma once
 
 #include <chrono>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <thread>
 #include <vector>
@@ -54,6 +56,20 @@ inline EngineMetrics wait_until_idle(const Engine& engine) {
     m = engine.metrics();
   }
   return m;
+}
+
+// A real model's GGUF in the model cache (RIDGE_MODEL_CACHE or ~/.cache/ridge/models),
+// or "" when it has not been fetched.
+inline std::string cached_model(const std::string& name) {
+  namespace fs = std::filesystem;
+  const char* env = std::getenv("RIDGE_MODEL_CACHE");
+  const char* home = std::getenv("HOME");
+  const fs::path cache = env != nullptr && *env != '\0' ? fs::path(env) : fs::path(home ? home : ".") / ".cache/ridge/models";
+  std::error_code ec;
+  if (fs::is_directory(cache / name, ec))
+    for (const auto& e : fs::directory_iterator(cache / name, ec))
+      if (e.path().extension() == ".gguf") return e.path().string();
+  return "";
 }
 
 }  // namespace ridge::test

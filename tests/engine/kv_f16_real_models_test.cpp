@@ -25,18 +25,9 @@
 namespace ridge {
 namespace {
 
-namespace fs = std::filesystem;
+using test::cached_model;
 
-std::string cached_model(const std::string& name) {
-  const char* env = std::getenv("RIDGE_MODEL_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path cache = env != nullptr && *env != '\0' ? fs::path(env) : fs::path(home ? home : ".") / ".cache/ridge/models";
-  std::error_code ec;
-  if (fs::is_directory(cache / name, ec))
-    for (const auto& e : fs::directory_iterator(cache / name, ec))
-      if (e.path().extension() == ".gguf") return e.path().string();
-  return "";
-}
+namespace fs = std::filesystem;
 
 // Matmuls in f32 for the scope of the test (the mode is process-wide).
 struct FloatMatmuls {

@@ -12,22 +12,14 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine_test_util.h"
 
 namespace ridge {
 namespace {
 
-namespace fs = std::filesystem;
+using test::cached_model;
 
-std::string cached_model(const std::string& name) {
-  const char* env = std::getenv("RIDGE_MODEL_CACHE");
-  const char* home = std::getenv("HOME");
-  const fs::path cache = env != nullptr && *env != '\0' ? fs::path(env) : fs::path(home ? home : ".") / ".cache/ridge/models";
-  std::error_code ec;
-  if (fs::is_directory(cache / name, ec))
-    for (const auto& e : fs::directory_iterator(cache / name, ec))
-      if (e.path().extension() == ".gguf") return e.path().string();
-  return "";
-}
+namespace fs = std::filesystem;
 
 std::vector<std::vector<int32_t>> generate(Engine& engine, const std::vector<RequestParams>& requests,
                                            int32_t* accepted) {
