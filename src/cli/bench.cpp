@@ -160,8 +160,7 @@ double kv_bytes_read(const ModelConfig& c, DType kv_type, int64_t pos) {
   double bytes = 0;
   for (const LayerConfig& l : c.layers) {
     const int64_t visible = l.window > 0 ? std::min<int64_t>(l.window, pos + 1) : pos + 1;
-    bytes += 2.0 * c.n_kv_head * c.d_head * static_cast<double>(type_traits(kv_type).type_size) *
-             static_cast<double>(visible);
+    bytes += 2.0 * static_cast<double>(row_size(kv_type, c.n_kv_head * c.d_head)) * static_cast<double>(visible);
   }
   return bytes;
 }

@@ -2,7 +2,7 @@
 // of the KV cache (engine.h EngineOptions::kv_type), f16 unless told otherwise.
 //
 //   KvFlags kv;
-//   add_kv_flags(*cmd, kv);                      // --kv-type f32|f16
+//   add_kv_flags(*cmd, kv);                      // --kv-type f32|f16|bf16|q8_0|q4_0
 //   engine_options.kv_type = kv.dtype();         // throws ridge::Error naming the flag
 #pragma once
 

@@ -126,7 +126,7 @@ void add_size_command(CLI::App& app) {
   cmd->add_option("--weights", opt->weights,
                   "Weight format: bf16, fp16, fp32, int8, int4, file (as stored), or a GGUF type like q4_K "
                   "(default: file for GGUF, bf16 for presets)");
-  cmd->add_option("--kv", opt->kv, "KV cache type: fp16, bf16, int8, fp32")->capture_default_str();
+  cmd->add_option("--kv", opt->kv, "KV cache type: fp16, bf16, q8_0, q4_0 (ridge's --kv-type), int8, fp32")->capture_default_str();
   cmd->add_option("--reserve", opt->reserve, "Memory kept from the KV cache: 10%, 4GiB, or none")->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--list", opt->list, "List the built-in model presets");

@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <cassert>
 #include <exception>
@@ -527,6 +528,32 @@ EngineMetrics Engine::metrics() const {
 
 const EngineLimits& Engine::limits() const { return impl_->limits; }
 std::string Engine::kv_summary() const { return impl_->cache->summary(); }
+
+std::string Engine::kv_budget_by_type() const {
+  // The same budget planned in every cache type: what choosing another --kv-type buys.
+  EngineSizing sizing = size_engine(impl_->model, impl_->options);
+  sizing.kv.budget_bytes = impl_->cache->total_bytes();
+  const int32_t block_size = sizing.kv.block_size;
+  auto held = [&](DType type) -> std::string {
+    KvCacheConfig config = sizing.kv;
+    config.dtype = type;
+    try {
+      const int64_t tokens = plan_kv_cache(config).tokens_held(block_size);
+      return tokens > 0 ? str_cat(tokens) : std::string("windowed");
+    } catch (const Error&) {
+      return "n/a";  // the head size does not divide into the type's blocks
+    }
+  };
+  std::string others;
+  for (DType type : kKvDtypes) {
+    if (type == impl_->cache->dtype()) continue;
+    others += str_cat(others.empty() ? "" : ", ", dtype_name(type), " ", held(type));
+  }
+  char mib[32];
+  std::snprintf(mib, sizeof mib, "%.1f", static_cast<double>(impl_->cache->total_bytes()) / (1 << 20));
+  return str_cat("kv budget: ", mib, " MiB holds ", held(impl_->cache->dtype()),
+                 " tokens as ", dtype_name(impl_->cache->dtype()), " (the same budget as ", others, ")");
+}
 const Tokenizer& Engine::tokenizer() const { return impl_->tokenizer; }
 const Model& Engine::model() const { return impl_->model; }
 

@@ -214,6 +214,10 @@ class Engine {
   EngineMetrics metrics() const;
   const EngineLimits& limits() const;
   std::string kv_summary() const;  // the KV cache's layout and size, one line (KvCache::summary)
+  // Tokens of context the cache's budget holds in its type and in every other cache type
+  // this model can use (KvPlan::tokens_held), one line, e.g.
+  // "kv budget: 96 MiB holds 16384 tokens as f16 (the same budget as f32 8192, ...)".
+  std::string kv_budget_by_type() const;
   const Tokenizer& tokenizer() const;
   const Model& model() const;
 

@@ -105,10 +105,21 @@ struct ItemRef {
 // are computed: per head, rescales the running state once for the block's max (not once
 // per key) and turns the scores into exp(score - max), then adds p * V. Both attention
 // paths (per token, per tile) call it with the same keys, so they agree bit for bit.
+// Units of T in one cache row (all KV heads of one position), and the offset of KV head g
+// in it.
+template <class T>
+int64_t unit_row_stride(const Shape& s) {
+  return s.n_kv_head * s.d_head / kKvValuesPerUnit<T>;
+}
+template <class T>
+int64_t unit_head_offset(const Shape& s, int64_t g) {
+  return g * s.d_head / kKvValuesPerUnit<T>;
+}
+
 template <class T>
 void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_heads,
                const Shape& s, const AttentionParams& params, const Partial& out, const AttentionOps<T>& ops) {
-  const int64_t row_stride = s.n_kv_head * s.d_head;
+  const int64_t row_stride = unit_row_stride<T>(s);
   for (int64_t r = 0; r < n_heads; ++r) {
     float* scores = scores_rows + r * s.block_size;
     if (params.softcap > 0)
@@ -138,7 +149,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   const AttentionSequence& seq = *item.seq;
   const int64_t t = item.t, g = item.g, n_heads = item.n_heads;
   const int64_t pos = seq.q_pos[t];
-  const int64_t row_stride = s.n_kv_head * s.d_head;
+  const int64_t row_stride = unit_row_stride<T>(s);
   const float* q = seq.q + (t * s.n_head + g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
   clear(out, s, n_heads);
 
@@ -152,8 +163,8 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
                           " but holds keys ", j0, "..", j1 - 1, " inside the window of position ", pos,
                           " (pool has ", s.n_blocks, " blocks)"));
     const int64_t first_row = (static_cast<int64_t>(block) * s.block_size + j0 % s.block_size);
-    const T* k_rows = kv.k + first_row * row_stride + g * s.d_head;
-    const T* v_rows = kv.v + first_row * row_stride + g * s.d_head;
+    const T* k_rows = kv.k + first_row * row_stride + unit_head_offset<T>(s, g);
+    const T* v_rows = kv.v + first_row * row_stride + unit_head_offset<T>(s, g);
 
     ops.scores(q, n_heads, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
     add_block(v_rows, count, it.scores, n_heads, s, params, out, ops);
@@ -237,7 +248,7 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
                  const TileScratch& it, const AttentionOps<T>& ops) {
   const AttentionSequence& seq = *item.seq;
   const int64_t g = item.g, n_t = item.n_t, n_heads = item.n_heads;
-  const int64_t row_stride = s.n_kv_head * s.d_head;
+  const int64_t row_stride = unit_row_stride<T>(s);
   const auto partial = static_cast<int64_t>(partial_floats(s));
   int64_t first[kMaxTileTokens], last[kMaxTileTokens], lo = INT64_MAX, hi = -1;
   for (int64_t i = 0; i < n_t; ++i) {
@@ -268,8 +279,8 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
         const int64_t k0 = std::max(j0, begin[i]), k1 = std::min(j1, end[i]);
         if (k0 >= k1) continue;
         const float* q = seq.q + ((item.t + i) * s.n_head + g * s.n_rep + item.r0) * s.d_head;
-        const T* k_rows = kv.k + (first_row + k0 - j0) * row_stride + g * s.d_head;
-        const T* v_rows = kv.v + (first_row + k0 - j0) * row_stride + g * s.d_head;
+        const T* k_rows = kv.k + (first_row + k0 - j0) * row_stride + unit_head_offset<T>(s, g);
+        const T* v_rows = kv.v + (first_row + k0 - j0) * row_stride + unit_head_offset<T>(s, g);
         float* scores = it.scores + i * s.n_rep * s.block_size;
         ops.scores(q, n_heads, s.d_head, k_rows, row_stride, k1 - k0, params.scale, scores, s.block_size);
         add_block(v_rows, k1 - k0, scores, n_heads, s, params, partial_at(it.chunks + i * partial, s), ops);
@@ -308,6 +319,9 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
       kv.n_kv_head <= 0 || kv.d_head <= 0 || n_head <= 0 || n_head % kv.n_kv_head != 0)
     throw Error(str_cat("attention: bad shapes: n_head ", n_head, ", n_kv_head ", kv.n_kv_head, ", d_head ",
                         kv.d_head, ", block_size ", kv.block_size, ", n_blocks ", kv.n_blocks));
+  if (kv.d_head % kKvValuesPerUnit<T> != 0)
+    throw Error(str_cat("attention: d_head ", kv.d_head, " is not a multiple of the cache's block of ",
+                        kKvValuesPerUnit<T>, " values"));
   if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("attention: this CPU has no AVX2+FMA");
   const Shape s{n_head, kv.n_kv_head, n_head / kv.n_kv_head, kv.d_head, kv.block_size, kv.n_blocks};
   scratch.require(pool.n_threads(), attention_scratch_floats(n_head, kv.n_kv_head, kv.d_head, kv.block_size),
@@ -442,14 +456,17 @@ void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> seq
   attention_isa(kv, sequences, n_head, params, pool, scratch, best_isa());
 }
 
-template void attention<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
-                               const AttentionParams&, ThreadPool&, Scratch&);
-template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
-                                   const AttentionParams&, ThreadPool&, Scratch&, Isa);
-template void attention<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>, int64_t,
-                                  const AttentionParams&, ThreadPool&, Scratch&);
-template void attention_isa<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>, int64_t,
-                                      const AttentionParams&, ThreadPool&, Scratch&, Isa);
+#define RIDGE_ATTENTION_FOR(T)                                                                              \
+  template void attention<T>(const PagedKvLayer<T>&, std::span<const AttentionSequence>, int64_t,              \
+                             const AttentionParams&, ThreadPool&, Scratch&);                                   \
+  template void attention_isa<T>(const PagedKvLayer<T>&, std::span<const AttentionSequence>, int64_t,          \
+                                 const AttentionParams&, ThreadPool&, Scratch&, Isa);
+RIDGE_ATTENTION_FOR(float)
+RIDGE_ATTENTION_FOR(uint16_t)
+RIDGE_ATTENTION_FOR(Bf16)
+RIDGE_ATTENTION_FOR(BlockQ8_0)
+RIDGE_ATTENTION_FOR(BlockQ4_0)
+#undef RIDGE_ATTENTION_FOR
 
 void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const float* k, int64_t row_stride,
                              int64_t count, float scale, float* scores, int64_t score_stride) {

@@ -21,14 +21,32 @@
 #include <cstdint>
 #include <span>
 
+#include "core/quant_blocks.h"
 #include "core/thread_pool.h"
 #include "kernels/isa.h"
 #include "kernels/scratch.h"
 
 namespace ridge::kernels {
 
-// One layer's K and V pools. T is the stored element type: float, or uint16_t holding
-// IEEE halves (an F16 cache).
+// A bf16 cache element: the high half of an f32's bits.
+struct Bf16 {
+  uint16_t bits;
+};
+
+// Values per stored unit of a cache of T: 1 for float, uint16_t (f16) and Bf16; a block of
+// 32 for BlockQ8_0 and BlockQ4_0 (GGML's layouts: an f16 scale d, then 32 int8 values, or
+// 16 bytes whose low nibbles are values 0..15 and high nibbles 16..31, each minus 8). A
+// Q8_0/Q4_0 row holds d_head / 32 blocks per head, so d_head must be a multiple of 32.
+// Strides and offsets into a cache of T count units, not values.
+template <class T>
+inline constexpr int64_t kKvValuesPerUnit = 1;
+template <>
+inline constexpr int64_t kKvValuesPerUnit<BlockQ8_0> = kQK8_0;
+template <>
+inline constexpr int64_t kKvValuesPerUnit<BlockQ4_0> = kQK4_0;
+
+// One layer's K and V pools. T is the stored element type: float, uint16_t holding IEEE
+// halves (an F16 cache), Bf16, BlockQ8_0 or BlockQ4_0.
 template <class T>
 struct PagedKvLayer {
   const T* k = nullptr;  // [n_blocks][block_size][n_kv_head][d_head]
@@ -104,6 +122,36 @@ void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, 
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const uint16_t* v, int64_t row_stride,
                                int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 
+// The inner loops over bf16, Q8_0 and Q4_0 caches (attention_kv_quant*.cpp), with the
+// signatures above; row_stride counts units of the cache type (a Q8_0 row of 2 heads of
+// 64 values is 4 blocks). Quantized K dots a query quantized to Q8_0 blocks (d = amax /
+// 127, values rounded to nearest), in integers per block; quantized V is widened per
+// block as it is accumulated. Each AVX2 loop gives the bits of its scalar twin.
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const Bf16* k, int64_t row_stride,
+                             int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const Bf16* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
+                                 int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
+                               int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ8_0* v,
+                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ8_0* v,
+                               int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
+                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
+                               int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the
 // CPU has it.
@@ -118,13 +166,16 @@ void attention_reference(const float* q, const int32_t* q_pos, int64_t n_q, int6
                          const float* k, const float* v, int64_t n_kv, int64_t n_kv_head,
                          int64_t d_head, const AttentionParams& params, float* out);
 
-extern template void attention<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>,
-                                      int64_t, const AttentionParams&, ThreadPool&, Scratch&);
-extern template void attention_isa<float>(const PagedKvLayer<float>&, std::span<const AttentionSequence>, int64_t,
-                                          const AttentionParams&, ThreadPool&, Scratch&, Isa);
-extern template void attention<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>,
-                                         int64_t, const AttentionParams&, ThreadPool&, Scratch&);
-extern template void attention_isa<uint16_t>(const PagedKvLayer<uint16_t>&, std::span<const AttentionSequence>,
-                                             int64_t, const AttentionParams&, ThreadPool&, Scratch&, Isa);
+#define RIDGE_ATTENTION_EXTERN(T)                                                                           \
+  extern template void attention<T>(const PagedKvLayer<T>&, std::span<const AttentionSequence>, int64_t,       \
+                                    const AttentionParams&, ThreadPool&, Scratch&);                            \
+  extern template void attention_isa<T>(const PagedKvLayer<T>&, std::span<const AttentionSequence>, int64_t,   \
+                                        const AttentionParams&, ThreadPool&, Scratch&, Isa);
+RIDGE_ATTENTION_EXTERN(float)
+RIDGE_ATTENTION_EXTERN(uint16_t)
+RIDGE_ATTENTION_EXTERN(Bf16)
+RIDGE_ATTENTION_EXTERN(BlockQ8_0)
+RIDGE_ATTENTION_EXTERN(BlockQ4_0)
+#undef RIDGE_ATTENTION_EXTERN
 
 }  // namespace ridge::kernels

@@ -56,6 +56,14 @@ void validate(const KvCacheConfig& c) {
     throw Error(str_cat("kv cache: dtype ", dtype_name(c.dtype),
                         " is not supported for K/V (", kv_dtype_names(), ")"));
   }
+  const int64_t block_values = type_traits(c.dtype).block_size;
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    if (c.layers[il].d_head % block_values != 0) {
+      throw Error(str_cat("kv cache: layer ", il, ": head size ", c.layers[il].d_head,
+                          " is not a multiple of ", dtype_name(c.dtype), "'s block of ", block_values,
+                          " values; use f16 or bf16"));
+    }
+  }
   if (c.max_sequences < 1) {
     throw Error(str_cat("kv cache: max_sequences must be positive, got ", c.max_sequences));
   }
@@ -81,11 +89,13 @@ std::string kv_dtype_names() {
   return names;
 }
 
+size_t kv_row_bytes(DType dtype, const KvLayerSpec& layer) {
+  return row_size(dtype, static_cast<int64_t>(layer.n_kv_head) * layer.d_head);
+}
+
 size_t kv_bytes_per_token(const KvCacheConfig& config) {
-  const size_t element_bytes = type_traits(config.dtype).type_size;
   size_t bytes = 0;
-  for (const KvLayerSpec& l : config.layers)
-    bytes += 2 * static_cast<size_t>(l.n_kv_head) * static_cast<size_t>(l.d_head) * element_bytes;
+  for (const KvLayerSpec& l : config.layers) bytes += 2 * kv_row_bytes(config.dtype, l);
   return bytes;
 }
 
@@ -120,69 +130,59 @@ void KvCache::FreeBytes::operator()(std::byte* p) const {
   ::operator delete[](p, std::align_val_t{kBaseAlignment});
 }
 
-KvCache::KvCache(const KvCacheConfig& config) {
+KvPlan plan_kv_cache(const KvCacheConfig& config) {
   validate(config);
-  layers_ = config.layers;
-  block_size_ = config.block_size;
-  dtype_ = config.dtype;
-  max_context_ = config.max_context;
-  max_step_tokens_ = std::min(config.max_step_tokens, config.max_context);
-  max_blocks_per_sequence_ = static_cast<int32_t>(ceil_div(max_context_, block_size_));
-  const size_t element_bytes = type_traits(dtype_).type_size;
+  KvPlan plan;
+  const int32_t block_size = config.block_size;
+  const int32_t max_step_tokens = std::min(config.max_step_tokens, config.max_context);
+  const int32_t max_blocks_per_sequence = static_cast<int32_t>(ceil_div(config.max_context, block_size));
 
   // Group layers by window: global first, then ascending window.
   std::vector<int32_t> windows;
-  for (const KvLayerSpec& l : layers_) windows.push_back(l.window);
+  for (const KvLayerSpec& l : config.layers) windows.push_back(l.window);
   std::sort(windows.begin(), windows.end());
   windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
-  for (int32_t w : windows) groups_.push_back(KvGroup{w, {}, 0, 0});
-  group_of_layer_.resize(layers_.size());
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    const KvLayerSpec& l = layers_[il];
+  for (int32_t w : windows) plan.groups.push_back(KvGroup{w, {}, 0, 0});
+  plan.group_of_layer.resize(config.layers.size());
+  std::vector<size_t> row_bytes(config.layers.size());
+  for (size_t il = 0; il < config.layers.size(); ++il) {
+    const KvLayerSpec& l = config.layers[il];
     const int g = static_cast<int>(
         std::lower_bound(windows.begin(), windows.end(), l.window) - windows.begin());
-    group_of_layer_[il] = g;
-    groups_[static_cast<size_t>(g)].layers.push_back(static_cast<int32_t>(il));
-    const size_t token_bytes = 2 * static_cast<size_t>(l.n_kv_head) *
-                               static_cast<size_t>(l.d_head) * element_bytes;
-    bytes_per_token_ += token_bytes;
-    groups_[static_cast<size_t>(g)].bytes_per_block +=
-        token_bytes * static_cast<size_t>(block_size_);
+    plan.group_of_layer[il] = g;
+    plan.groups[static_cast<size_t>(g)].layers.push_back(static_cast<int32_t>(il));
+    row_bytes[il] = kv_row_bytes(config.dtype, l);
+    plan.bytes_per_token += 2 * row_bytes[il];
+    plan.groups[static_cast<size_t>(g)].bytes_per_block += 2 * row_bytes[il] * static_cast<size_t>(block_size);
   }
 
   // Blocks per group from the budget (policy in the header). Pools are padded to 64 bytes,
   // so the padded total is checked against the budget and the last group's count lowered
   // until it fits: the allocation never exceeds budget_bytes.
-  std::vector<size_t> row_bytes(layers_.size());
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    row_bytes[il] = static_cast<size_t>(layers_[il].n_kv_head) *
-                    static_cast<size_t>(layers_[il].d_head) * element_bytes;
-  }
   auto padded_total = [&] {
     size_t total = 0;
-    for (size_t il = 0; il < layers_.size(); ++il) {
-      const KvGroup& g = groups_[static_cast<size_t>(group_of_layer_[il])];
+    for (size_t il = 0; il < config.layers.size(); ++il) {
+      const KvGroup& g = plan.groups[static_cast<size_t>(plan.group_of_layer[il])];
       const auto n_blocks = static_cast<size_t>(g.n_blocks);
-      total += 2 * round_up(n_blocks * static_cast<size_t>(block_size_) * row_bytes[il],
-                            kPoolAlignment);
+      total += 2 * round_up(n_blocks * static_cast<size_t>(block_size) * row_bytes[il], kPoolAlignment);
     }
     return total;
   };
-  const int64_t all_contexts = int64_t{config.max_sequences} * max_blocks_per_sequence_;
+  const int64_t all_contexts = int64_t{config.max_sequences} * max_blocks_per_sequence;
   constexpr int64_t kMaxBlocks = std::numeric_limits<int32_t>::max();
-  const bool has_global = groups_.front().window == 0;
+  const bool has_global = plan.groups.front().window == 0;
   size_t windowed_bytes_per_block = 0;  // one block in every windowed group
   size_t windowed_need_bytes = 0;
-  for (KvGroup& g : groups_) {
+  for (KvGroup& g : plan.groups) {
     if (g.window == 0) continue;
     const int64_t need = int64_t{config.max_sequences} *
-                         kv_window_blocks(g.window, max_step_tokens_, block_size_, max_context_);
+                         kv_window_blocks(g.window, max_step_tokens, block_size, config.max_context);
     g.n_blocks = static_cast<int32_t>(std::min(need, kMaxBlocks));
     windowed_bytes_per_block += g.bytes_per_block;
     windowed_need_bytes += static_cast<size_t>(g.n_blocks) * g.bytes_per_block;
   }
   if (has_global) {
-    KvGroup& global = groups_.front();
+    KvGroup& global = plan.groups.front();
     const size_t rest = config.budget_bytes > windowed_need_bytes
                             ? config.budget_bytes - windowed_need_bytes : 0;
     global.n_blocks = static_cast<int32_t>(std::min(
@@ -194,19 +194,19 @@ KvCache::KvCache(const KvCacheConfig& config) {
           windowed_need_bytes > 0
               ? str_cat("the sliding-window layers need ", windowed_need_bytes, " bytes for ",
                         config.max_sequences, " sequences (max_step_tokens ",
-                        max_step_tokens_, "), plus ")
+                        max_step_tokens, "), plus ")
               : std::string(),
           "one block of the global layers takes ", global.bytes_per_block, " bytes"));
     }
   } else {
     // All layers windowed: every group gets the same count, capped at its need.
     std::vector<int32_t> need;
-    for (const KvGroup& g : groups_) need.push_back(g.n_blocks);
+    for (const KvGroup& g : plan.groups) need.push_back(g.n_blocks);
     int64_t fit = std::min(static_cast<int64_t>(config.budget_bytes / windowed_bytes_per_block),
                            kMaxBlocks);
     for (;;) {
-      for (size_t g = 0; g < groups_.size(); ++g) {
-        groups_[g].n_blocks = static_cast<int32_t>(std::min<int64_t>(need[g], fit));
+      for (size_t g = 0; g < plan.groups.size(); ++g) {
+        plan.groups[g].n_blocks = static_cast<int32_t>(std::min<int64_t>(need[g], fit));
       }
       if (fit < 1 || padded_total() <= config.budget_bytes) break;
       --fit;
@@ -217,6 +217,27 @@ KvCache::KvCache(const KvCacheConfig& config) {
                           " bytes over all layers)"));
     }
   }
+  plan.total_bytes = padded_total();
+  return plan;
+}
+
+int64_t KvPlan::tokens_held(int32_t block_size) const {
+  return groups.front().window == 0 ? int64_t{groups.front().n_blocks} * block_size : 0;
+}
+
+KvCache::KvCache(const KvCacheConfig& config) {
+  KvPlan plan = plan_kv_cache(config);
+  layers_ = config.layers;
+  block_size_ = config.block_size;
+  dtype_ = config.dtype;
+  max_context_ = config.max_context;
+  max_step_tokens_ = std::min(config.max_step_tokens, config.max_context);
+  max_blocks_per_sequence_ = static_cast<int32_t>(ceil_div(max_context_, block_size_));
+  groups_ = std::move(plan.groups);
+  group_of_layer_ = std::move(plan.group_of_layer);
+  bytes_per_token_ = plan.bytes_per_token;
+  std::vector<size_t> row_bytes(layers_.size());
+  for (size_t il = 0; il < layers_.size(); ++il) row_bytes[il] = kv_row_bytes(dtype_, layers_[il]);
 
   // Storage: per layer a K pool then a V pool, each [n_blocks][block_size][n_kv][d_head].
   size_t offset = 0;
@@ -233,7 +254,7 @@ KvCache::KvCache(const KvCacheConfig& config) {
     offset += 2 * pool_bytes;
   }
   total_bytes_ = offset;
-  assert(total_bytes_ == padded_total() && total_bytes_ <= config.budget_bytes);
+  assert(total_bytes_ == plan.total_bytes && total_bytes_ <= config.budget_bytes);
   try {
     storage_.reset(static_cast<std::byte*>(
         ::operator new[](total_bytes_, std::align_val_t{kBaseAlignment})));

@@ -77,10 +77,12 @@
 namespace ridge {
 
 // The element types a cache can hold, K and V alike. F16 halves the bytes of F32 and is
-// what the engine uses unless told otherwise (EngineOptions::kv_type).
-inline constexpr DType kKvDtypes[] = {DType::F32, DType::F16};
+// what the engine uses unless told otherwise (EngineOptions::kv_type); BF16 keeps f32's
+// range at f16's size; Q8_0 and Q4_0 (GGML's blocks of 32 values with an f16 scale: 34
+// and 18 bytes) need head sizes that are multiples of 32.
+inline constexpr DType kKvDtypes[] = {DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0};
 bool is_kv_dtype(DType dtype);
-std::string kv_dtype_names();  // "f32 or f16", for messages
+std::string kv_dtype_names();  // "f32, f16, bf16, q8_0 or q4_0", for messages
 
 struct KvLayerSpec {
   int32_t n_kv_head = 0;
@@ -91,6 +93,9 @@ struct KvLayerSpec {
 // n_layer identical layers with the same window.
 std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
                                            int32_t window = 0);
+
+// Bytes of one K (or V) row of a layer: n_kv_head * d_head values of dtype.
+size_t kv_row_bytes(DType dtype, const KvLayerSpec& layer);
 
 struct KvCacheConfig {
   std::vector<KvLayerSpec> layers;  // one per model layer, in layer order (il)
@@ -121,6 +126,22 @@ struct KvGroup {
   int32_t n_blocks = 0;          // blocks in this group's pool
   size_t bytes_per_block = 0;    // K and V of one block in every member layer
 };
+
+// How a configuration's budget is laid out, before anything is allocated: what the
+// KvCache built from it will hold. Lets the engine report what a budget holds in every
+// cache type without building a cache for each.
+struct KvPlan {
+  std::vector<KvGroup> groups;       // global first, then ascending window; n_blocks set
+  std::vector<int> group_of_layer;   // [n_layer]
+  size_t bytes_per_token = 0;        // K and V of one token in every layer
+  size_t total_bytes = 0;            // the allocation, pools padded to 64 bytes
+
+  // Tokens of context the global layers' blocks hold, over all sequences together; 0 when
+  // every layer is windowed (the windows recycle, so only max_context bounds a sequence).
+  int64_t tokens_held(int32_t block_size) const;
+};
+// Throws ridge::Error as KvCache's constructor does for a bad or too small configuration.
+KvPlan plan_kv_cache(const KvCacheConfig& config);
 
 struct KvSlot {
   int32_t block = 0;   // block id in the group's pool

@@ -325,9 +325,12 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
         if constexpr (std::is_same_v<T, float>) {
           std::memcpy(k_row, k_.data() + t * kv_dim, sizeof(float) * kv_dim);
           std::memcpy(v_row, v_.data() + t * kv_dim, sizeof(float) * kv_dim);
-        } else {
+        } else if constexpr (std::is_same_v<T, uint16_t>) {
           kernels::kv_row_to_f16(k_.data() + t * kv_dim, k_row, kv_dim);
           kernels::kv_row_to_f16(v_.data() + t * kv_dim, v_row, kv_dim);
+        } else {  // bf16, Q8_0, Q4_0: the reference quantizers' rounding, as llama.cpp stores them
+          quantize_row(view.dtype, k_.data() + t * kv_dim, k_row, kv_dim);
+          quantize_row(view.dtype, v_.data() + t * kv_dim, v_row, kv_dim);
         }
       }
     }
@@ -339,6 +342,9 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   switch (view.dtype) {
     case DType::F32: store_and_attend(float{}); break;
     case DType::F16: store_and_attend(uint16_t{}); break;
+    case DType::BF16: store_and_attend(kernels::Bf16{}); break;
+    case DType::Q8_0: store_and_attend(BlockQ8_0{}); break;
+    case DType::Q4_0: store_and_attend(BlockQ4_0{}); break;
     default:
       throw Error(str_cat("forward: layer ", il, ": KV cache type ", dtype_name(view.dtype),
                           " is not supported (", kv_dtype_names(), ")"));

@@ -54,7 +54,10 @@ NumberFormat parse_kv_format(std::string_view text) {
   if (t == "bf16") return {"bf16", 2.0, false, "2 B"};
   if (t == "fp32" || t == "f32") return {"fp32", 4.0, false, "4 B"};
   if (t == "int8") return {"int8", 1.0, false, "1 B, scales not counted"};
-  throw Error(str_cat("--kv '", text, "': unknown KV cache type (use fp16, bf16, int8 or fp32)"));
+  // ridge's own quantized caches: GGML blocks of 32 values with an f16 scale.
+  if (t == "q8_0") return {"q8_0", 34.0 / 32.0, false, "34 B per 32 values"};
+  if (t == "q4_0") return {"q4_0", 18.0 / 32.0, false, "18 B per 32 values"};
+  throw Error(str_cat("--kv '", text, "': unknown KV cache type (use fp16, bf16, q8_0, q4_0, int8 or fp32)"));
 }
 
 double kv_bytes_for_context(const ModelShape& model, double kv_bytes_per_value, int64_t ctx) {

@@ -474,12 +474,22 @@ TEST(Engine, RejectsOptionsItCannotServe) {
   o = options(8, 4);  // fewer tokens per step than running sequences
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
   o = options(1);
-  o.kv_type = DType::Q8_0;  // not a KV cache type (yet)
+  o.kv_type = DType::Q4_K;  // not a KV cache type
   try {
     Engine(*stories().model, *stories().tokenizer, o);
-    ADD_FAILURE() << "a q8_0 KV cache was accepted";
+    ADD_FAILURE() << "a q4_K KV cache was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("KV cache type q8_0 is not supported (f32 or f16)"), std::string::npos)
+    EXPECT_NE(std::string(e.what()).find("KV cache type q4_K is not supported (f32, f16, bf16, q8_0 or q4_0)"),
+              std::string::npos)
+        << e.what();
+  }
+  o.kv_type = DType::Q8_0;  // a cache type, but stories260K's heads of 8 values do not fill its blocks
+  try {
+    Engine(*stories().model, *stories().tokenizer, o);
+    ADD_FAILURE() << "a q8_0 KV cache was accepted for heads of 8";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head size 8 is not a multiple of q8_0's block of 32 values"),
+              std::string::npos)
         << e.what();
   }
 }
@@ -508,6 +518,9 @@ TEST(Engine, SizingUsesTheKvTypesBytesPerToken) {
   EXPECT_EQ(f32.metrics().kv_blocks_total, 16);
   EXPECT_NE(f16.kv_summary().find("(f16)"), std::string::npos) << f16.kv_summary();
   EXPECT_NE(f32.kv_summary().find("1.2 KiB/token"), std::string::npos) << f32.kv_summary();
+  // What the same budget would hold in each type; stories260K's heads of 8 cannot be q8_0/q4_0.
+  EXPECT_EQ(f16.kv_budget_by_type(),
+            "kv budget: 0.3 MiB holds 512 tokens as f16 (the same budget as f32 256, bf16 512, q8_0 n/a, q4_0 n/a)");
 }
 
 // The f32 cache gives llama2.c's greedy tokens (checked above with the default f16 cache)

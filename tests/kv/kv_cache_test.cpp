@@ -115,30 +115,56 @@ TEST(KvCache, BytesPerTokenOfEachElementType) {
   config.layers = uniform_kv_layers(24, 2, 64);
   config.max_sequences = 4;
   config.budget_bytes = size_t{48} << 20;
-  const size_t f32_per_token = 2u * 24 * 2 * 64 * 4;  // 24 KiB
+  const size_t values_per_token = 2u * 24 * 2 * 64;
   EXPECT_EQ(std::vector<DType>(std::begin(kKvDtypes), std::end(kKvDtypes)),
-            (std::vector<DType>{DType::F32, DType::F16}));
-  EXPECT_EQ(kv_dtype_names(), "f32 or f16");
-  for (DType dtype : kKvDtypes) {
+            (std::vector<DType>{DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0}));
+  EXPECT_EQ(kv_dtype_names(), "f32, f16, bf16, q8_0 or q4_0");
+  // Bytes per value: 4, 2, 2, and GGML's blocks of 32 values: 34 (Q8_0) and 18 (Q4_0).
+  const std::pair<DType, size_t> per_token_of[] = {{DType::F32, values_per_token * 4},
+                                                   {DType::F16, values_per_token * 2},
+                                                   {DType::BF16, values_per_token * 2},
+                                                   {DType::Q8_0, values_per_token / 32 * 34},
+                                                   {DType::Q4_0, values_per_token / 32 * 18}};
+  for (const auto& [dtype, per_token] : per_token_of) {
     SCOPED_TRACE(dtype_name(dtype));
     config.dtype = dtype;
-    const size_t per_token = dtype == DType::F16 ? f32_per_token / 2 : f32_per_token;
     EXPECT_EQ(kv_bytes_per_token(config), per_token);
+    EXPECT_EQ(plan_kv_cache(config).bytes_per_token, per_token);
     KvCache cache(config);
     EXPECT_EQ(cache.dtype(), dtype);
     EXPECT_EQ(cache.bytes_per_token(), per_token);
     EXPECT_EQ(cache.layer(0).row_bytes, per_token / 24 / 2);  // one K (or V) row of a layer
     EXPECT_EQ(cache.layer(0).dtype, dtype);
-    // The same budget holds blocks in inverse proportion to the element size.
-    EXPECT_EQ(cache.group(0).n_blocks, static_cast<int32_t>(config.budget_bytes / (16 * per_token)));
+    // The same budget holds blocks in inverse proportion to the bytes per token, less the
+    // pools' 64-byte padding; the plan says so before anything is allocated.
+    const auto blocks = static_cast<int32_t>(config.budget_bytes / (16 * per_token));
+    EXPECT_LE(cache.group(0).n_blocks, blocks);
+    EXPECT_GE(cache.group(0).n_blocks, blocks - 1);
+    EXPECT_EQ(plan_kv_cache(config).tokens_held(16), int64_t{cache.group(0).n_blocks} * 16);
+    EXPECT_EQ(plan_kv_cache(config).total_bytes, cache.total_bytes());
     EXPECT_EQ(static_cast<char*>(cache.k_row(0, 1, 0)) - static_cast<char*>(cache.k_row(0, 0, 0)),
               static_cast<std::ptrdiff_t>(16 * per_token / 48));
   }
   config.dtype = DType::F16;
   EXPECT_EQ(KvCache(config).summary(), "kv cache: 256 blocks x 16 tokens, 12.0 KiB/token, 48.0 MiB total (f16)");
-  EXPECT_TRUE(is_kv_dtype(DType::F16));
-  EXPECT_FALSE(is_kv_dtype(DType::BF16));
-  EXPECT_FALSE(is_kv_dtype(DType::Q8_0));
+  EXPECT_TRUE(is_kv_dtype(DType::Q4_0));
+  EXPECT_FALSE(is_kv_dtype(DType::Q4_K));
+}
+
+TEST(KvCache, QuantizedTypesNeedHeadsThatSplitIntoBlocks) {
+  KvCacheConfig config;
+  config.layers = uniform_kv_layers(2, 4, 8);  // stories260K's heads of 8 values
+  config.budget_bytes = size_t{1} << 20;
+  config.dtype = DType::Q8_0;
+  try {
+    KvCache cache(config);
+    ADD_FAILURE() << "a q8_0 cache with 8-value heads was built";
+  } catch (const Error& e) {
+    EXPECT_STREQ(e.what(), "kv cache: layer 0: head size 8 is not a multiple of q8_0's block of 32 values; "
+                           "use f16 or bf16");
+  }
+  config.dtype = DType::BF16;
+  EXPECT_EQ(KvCache(config).bytes_per_token(), 2u * 2 * 4 * 8 * 2);
 }
 
 TEST(KvCache, BytesPerTokenAndSummaryOfAQwen2_5_1_5bLikeModel) {
