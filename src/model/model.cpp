@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "kernels/attention.h"
+#include "kernels/hadamard.h"
 #include "kernels/ops.h"
 #include "kernels/rope.h"
 
@@ -304,9 +305,15 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   kernels::rope_apply(k_.data(), rope_table(layer_rope_[il]), n, c.n_kv_head, c.d_head, rope);
 
   // Store the new K/V rows in the cache in its element type (f16: rounded to nearest
-  // even), then attend over each sequence's blocks, reading that type directly.
+  // even), then attend over each sequence's blocks, reading that type directly. A
+  // quantized cache holds K and V rotated (kernels/hadamard.h): q turns with k, and the
+  // output turns back below.
   const int g = cache.group_of_layer(il);
   const KvLayerView view = cache.layer(il);
+  const kernels::KvRotation rotation = kernels::kv_rotation(type_traits(view.dtype).block_size > 1, c.d_head);
+  kernels::hadamard_rotate(q_.data(), n * q_dim, rotation.k);
+  kernels::hadamard_rotate(k_.data(), n * kv_dim, rotation.k);
+  kernels::hadamard_rotate(v_.data(), n * kv_dim, rotation.v);
   attention_items_.clear();
   for (const BatchSequence& s : b.sequences) {
     attention_items_.push_back(kernels::AttentionSequence{
@@ -350,6 +357,7 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
                           " is not supported (", kv_dtype_names(), ")"));
   }
 
+  kernels::hadamard_rotate(attn_.data(), n * q_dim, rotation.v);
   if (observer_ != nullptr)
     observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));
   kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
