@@ -60,12 +60,36 @@ class HttpServerTest : public ::testing::Test {
     EXPECT_EQ(res->status, expected_status) << body << " -> " << res->body;
     return json::parse(res->body);
   }
-  static int64_t metric(const std::string& name) {
+  static std::string metrics_text() {
     auto res = client().Get("/metrics");
+    return res ? res->body : std::string();
+  }
+  // One value from a /metrics text; -1 when it is not there.
+  static int64_t metric_in(const std::string& text, const std::string& name) {
     std::smatch m;
     std::regex re("\n" + name + " ([0-9.e+]+)\n");
-    if (!res || !std::regex_search(res->body, m, re)) return -1;
+    if (!std::regex_search(text, m, re)) return -1;
     return static_cast<int64_t>(std::stod(m[1]));
+  }
+  static int64_t metric(const std::string& name) { return metric_in(metrics_text(), name); }
+
+  // Waits until n more requests than `finished_before` have ended, then checks that none
+  // is left running or waiting and no KV block is held, all in one /metrics snapshot.
+  // The counter is what to wait on, not a gauge reaching 0: the engine publishes metrics
+  // after each step, so a client can hold its first token while /metrics still shows the
+  // snapshot from before its request was admitted (0 blocks used, 0 running).
+  static void expect_ended_and_freed(int64_t finished_before, int64_t n) {
+    const std::string finished = "ridge_requests_finished_total";
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    std::string text = metrics_text();
+    while (metric_in(text, finished) < finished_before + n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      text = metrics_text();
+    }
+    EXPECT_EQ(metric_in(text, finished), finished_before + n) << text;
+    EXPECT_EQ(metric_in(text, "ridge_requests_running"), 0) << text;
+    EXPECT_EQ(metric_in(text, "ridge_requests_waiting"), 0) << text;
+    EXPECT_EQ(metric_in(text, "ridge_kv_blocks_used"), 0) << text;
   }
 
   static Model* model_;
@@ -160,6 +184,7 @@ TEST_F(HttpServerTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
 
 TEST_F(HttpServerTest, DisconnectCancelsTheRequestAndFreesItsBlocks) {
   // A long generation, read until the first chunk arrives, then the client hangs up.
+  const int64_t finished_before = metric("ridge_requests_finished_total");
   const int64_t generated_before = metric("ridge_generation_tokens_total");
   httplib::Client c = client();
   httplib::Request req;
@@ -174,11 +199,7 @@ TEST_F(HttpServerTest, DisconnectCancelsTheRequestAndFreesItsBlocks) {
   };
   c.send(req);
   EXPECT_TRUE(got_data);
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (metric("ridge_kv_blocks_used") != 0 && std::chrono::steady_clock::now() < deadline)
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  EXPECT_EQ(metric("ridge_kv_blocks_used"), 0);
-  EXPECT_EQ(metric("ridge_requests_running"), 0);
+  expect_ended_and_freed(finished_before, 1);
   // It stopped early instead of running to the end.
   EXPECT_LT(metric("ridge_generation_tokens_total") - generated_before, 480);
 }
