@@ -534,14 +534,19 @@ std::string Engine::kv_budget_by_type() const {
   EngineSizing sizing = size_engine(impl_->model, impl_->options);
   sizing.kv.budget_bytes = impl_->cache->total_bytes();
   const int32_t block_size = sizing.kv.block_size;
+  const int64_t all_contexts =
+      int64_t{sizing.kv.max_sequences} * ((sizing.kv.max_context + block_size - 1) / block_size) * block_size;
   auto held = [&](DType type) -> std::string {
     KvCacheConfig config = sizing.kv;
     config.dtype = type;
+    for (const KvLayerSpec& l : config.layers)
+      if (l.d_head % type_traits(type).block_size != 0) return "n/a";  // heads do not fill its blocks
     try {
       const int64_t tokens = plan_kv_cache(config).tokens_held(block_size);
-      return tokens > 0 ? str_cat(tokens) : std::string("windowed");
+      if (tokens == 0) return "windowed";
+      return tokens == all_contexts ? str_cat(tokens, " (every context full)") : str_cat(tokens);
     } catch (const Error&) {
-      return "n/a";  // the head size does not divide into the type's blocks
+      return "0";  // the sliding-window layers alone need more than the budget
     }
   };
   std::string others;
