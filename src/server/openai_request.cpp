@@ -251,10 +251,18 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
 
 ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
   json body;
+  std::string last_key;
   try {
-    body = json::parse(body_text);
+    // The last key read names the field when a number overflows a double (1e400).
+    body = json::parse(body_text, [&last_key](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
+      return true;
+    });
   } catch (const json::parse_error& e) {
     throw ApiError(400, str_cat("We could not parse the JSON body of your request: ", e.what()), "", "invalid_json");
+  } catch (const json::exception& e) {
+    throw ApiError(400, str_cat("Invalid '", last_key, "': the number is out of range (", e.what(), ")."), last_key,
+                   "invalid_value");
   }
   if (!body.is_object()) wrong_type("body", "a JSON object", body);
 
