@@ -22,7 +22,7 @@ from test_server_api import STORIES, RidgeServer, cached_model
 def stories():
     # --parallel 1 --max-queue 1: 10 HTTP worker threads, the pool the tester froze.
     with RidgeServer(STORIES, "-c", 256, "--alias", "stories", "--parallel", 1, "--max-queue", 1,
-                     "--header-timeout", 4, "--idle-timeout", 3) as server:
+                     "--header-timeout", 4, "--body-timeout", 3, "--idle-timeout", 3) as server:
         yield server
 
 
@@ -124,6 +124,37 @@ def test_dripping_and_idle_connections_do_not_starve_the_server(stories):
     finally:
         for s in drips + idle:
             s.close()
+
+
+def test_dripping_body_gets_408_at_the_body_deadline(stories):
+    with socket.create_connection(("127.0.0.1", stories.port), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: 100\r\n\r\n{")
+        t0 = time.monotonic()
+        s.settimeout(0.5)
+        answer = b""
+        while not answer and time.monotonic() - t0 < 8:
+            try:
+                s.sendall(b" ")  # a byte every 0.5 s: never idle long enough for a per-read timeout
+                answer = s.recv(4096)
+            except socket.timeout:
+                pass
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        assert 2.5 < time.monotonic() - t0 < 5
+        assert json.loads(answer.split(b"\r\n\r\n", 1)[1])["error"]["code"] == "request_timeout"
+
+
+def test_pipelined_requests_and_oversized_headers(stories):
+    with socket.create_connection(("127.0.0.1", stories.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")
+        data = b""
+        while data.count(b"HTTP/1.1 200") < 2 or not data.endswith(b"}"):
+            chunk = s.recv(65536)
+            assert chunk, data
+            data += chunk
+    with socket.create_connection(("127.0.0.1", stories.port), timeout=10) as s:
+        s.sendall(b"GET /health HTTP/1.1\r\nX-Big: " + b"a" * 20000 + b"\r\n\r\n")
+        assert s.recv(4096).startswith(b"HTTP/1.1 431")
 
 
 def test_connection_cap_refuses_with_503():
