@@ -165,6 +165,7 @@ struct GuardedHttpServer::Connection {
   bool chunked = false;
   uint64_t content_length = 0;
   bool expect_continue = false;
+  size_t expect_at = 0;       // offset of the Expect header's name
   bool close_after = false;   // "Connection: close", or the body's end is unknowable
   size_t chunk_pos = 0;       // chunked: offset of the next chunk-size line
   bool in_trailers = false;
@@ -173,7 +174,7 @@ struct GuardedHttpServer::Connection {
 
   void start_next_request() {
     bytes.erase(0, request_end);
-    header_end = content_length = decoded = chunk_pos = request_end = 0;
+    header_end = content_length = decoded = chunk_pos = request_end = expect_at = 0;
     chunked = expect_continue = close_after = in_trailers = false;
   }
 
@@ -202,6 +203,7 @@ struct GuardedHttpServer::Connection {
         chunked = true;
       } else if (iequals(name, "Expect")) {
         expect_continue = iequals(value, "100-continue");
+        expect_at = static_cast<size_t>(name.data() - bytes.data());
       } else if (iequals(name, "Connection")) {
         close_after = close_after || icontains(value, "close");
       }
@@ -378,11 +380,17 @@ class GuardedHttpServer::Reception {
       refuse(conn, status);
       return false;
     }
+    if (!had_headers && conn.header_end != 0 && conn.expect_continue) {
+      // Reception answers "Expect: 100-continue" (the body must arrive before a worker
+      // sees the request); renaming the header, same length, keeps httplib from sending
+      // a second 100 after the body is in.
+      if (conn.request_end == 0) send_now(conn.sock, "HTTP/1.1 100 Continue\r\n\r\n");
+      conn.bytes[conn.expect_at] = 'X';
+    }
     if (conn.request_end != 0) return true;
     if (!had_headers && conn.header_end != 0) {
       conn.phase = Connection::Phase::kBody;
       conn.deadline = Clock::now() + limits_.body_timeout;
-      if (conn.expect_continue) send_now(conn.sock, "HTTP/1.1 100 Continue\r\n\r\n");
     }
     return false;
   }

@@ -157,6 +157,19 @@ def test_pipelined_requests_and_oversized_headers(stories):
         assert s.recv(4096).startswith(b"HTTP/1.1 431")
 
 
+def test_expect_100_continue_is_answered_once(stories):
+    body = json.dumps({"prompt": "Once", "max_tokens": 2}).encode()
+    with socket.create_connection(("127.0.0.1", stories.port), timeout=10) as s:
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  b"Expect: 100-continue\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % len(body))
+        assert s.recv(4096) == b"HTTP/1.1 100 Continue\r\n\r\n"  # before the body is sent
+        s.sendall(body)
+        data = b""
+        while chunk := s.recv(65536):
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200") and b"100 Continue" not in data, data[:200]
+
+
 def test_connection_cap_refuses_with_503():
     with RidgeServer(STORIES, "-c", 256, "--max-connections", 20, "--idle-timeout", 30) as server:
         held = [socket.create_connection(("127.0.0.1", server.port), timeout=5) for _ in range(20)]
