@@ -13,6 +13,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
@@ -40,6 +41,11 @@ struct ServeOptions {
   size_t max_body_bytes = 8u << 20;
   int32_t max_prompt_tokens = 0;
   std::string alias;
+  int32_t max_connections = 512;
+  double header_timeout_s = 10;
+  double body_timeout_s = 30;
+  double idle_timeout_s = 5;
+  std::vector<std::string> cors_origins;
   bool no_prefix_cache = false;
   SpeculativeFlags spec;
   WeightFlags weights;
@@ -59,6 +65,9 @@ void serve(const ServeOptions& opt) {
   if (opt.max_batch_tokens < 1) throw Error(str_cat("--max-batch-tokens must be >= 1, got ", opt.max_batch_tokens));
   if (opt.kv_budget_mib < 0) throw Error("--kv-budget must be positive");
   if (opt.max_queue < 0) throw Error(str_cat("--max-queue must be >= 0, got ", opt.max_queue));
+  if (opt.max_connections < 1) throw Error(str_cat("--max-connections must be >= 1, got ", opt.max_connections));
+  for (double t : {opt.header_timeout_s, opt.body_timeout_s, opt.idle_timeout_s})
+    if (!(t > 0 && t <= 3600)) throw Error(str_cat("--header/--body/--idle-timeout must be in (0, 3600] seconds, got ", t));
   if (opt.port < 0 || opt.port > 65535) throw Error(str_cat("--port must be in 0..65535, got ", opt.port));
 
   // Signals go to one waiting thread (below), not to whichever thread they hit: block
@@ -106,6 +115,11 @@ void serve(const ServeOptions& opt) {
   // Every running or queued request holds an HTTP thread while it streams; a few more
   // keep /health and /metrics answering (and refuse the rest with 429) at full load.
   server_options.n_http_threads = opt.parallel + opt.max_queue + 8;
+  server_options.max_connections = opt.max_connections;
+  server_options.header_timeout_ms = static_cast<int32_t>(opt.header_timeout_s * 1000);
+  server_options.body_timeout_ms = static_cast<int32_t>(opt.body_timeout_s * 1000);
+  server_options.idle_timeout_ms = static_cast<int32_t>(opt.idle_timeout_s * 1000);
+  server_options.cors_origins = opt.cors_origins;
   server::Server server(engine, chat_template, server_options);
   int port = server.bind();
 
@@ -161,6 +175,17 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Larger request bodies get 413")->capture_default_str();
   cmd->add_option("--max-prompt-tokens", opt->max_prompt_tokens, "Longer prompts get 400 (0: context only)")
       ->capture_default_str();
+  cmd->add_option("--max-connections", opt->max_connections,
+                  "Open connections at once, idle or not; more get 503")
+      ->capture_default_str();
+  cmd->add_option("--header-timeout", opt->header_timeout_s, "Seconds a request's headers may take in all (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--body-timeout", opt->body_timeout_s, "Seconds a request's body may take in all (408 after)")
+      ->capture_default_str();
+  cmd->add_option("--idle-timeout", opt->idle_timeout_s, "Seconds a keep-alive connection may wait for its next request")
+      ->capture_default_str();
+  cmd->add_option("--cors-origin", opt->cors_origins,
+                  "Origin a browser page may call the API from (repeatable; '*' for any). Default: none");
   cmd->add_option("--alias", opt->alias, "Model id clients use (default: the model file's name)");
   cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
   add_speculative_flags(*cmd, opt->spec);

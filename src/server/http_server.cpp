@@ -8,6 +8,7 @@
 #include <random>
 
 #include "server/api_error.h"
+#include "server/guarded_http.h"
 #include "server/metrics_text.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
@@ -60,20 +61,69 @@ struct Exchange {
   }
 };
 
+ConnectionLimits connection_limits(const ServerOptions& o) {
+  using std::chrono::milliseconds;
+  ConnectionLimits l;
+  l.max_connections = static_cast<size_t>(std::max(1, o.max_connections));
+  l.n_workers = static_cast<size_t>(o.n_http_threads > 0 ? o.n_http_threads : 64 + 8);
+  l.idle_timeout = milliseconds(o.idle_timeout_ms);
+  l.header_timeout = milliseconds(o.header_timeout_ms);
+  l.body_timeout = milliseconds(o.body_timeout_ms);
+  // A streaming client that stops reading makes a write block; after this long its
+  // request is treated as disconnected and cancelled.
+  l.write_timeout = milliseconds(30000);
+  l.max_body_bytes = o.max_body_bytes;
+  return l;
+}
+
+// The error a refusal carries, whether httplib or reception answers it.
+ApiError refusal_error(int status) {
+  switch (status) {
+    case 408: return ApiError(408, "The request did not arrive in time (headers or body too slow).", "", "request_timeout");
+    case 413: return ApiError(413, "The request body is larger than this server accepts (--max-body-bytes).", "",
+                              "request_too_large");
+    case 431: return ApiError(431, "The request headers are too large.", "", "headers_too_large");
+    case 501: return ApiError(501, "Unsupported Transfer-Encoding; send Content-Length or chunked.", "",
+                              "unsupported_transfer_encoding");
+    case 503: return ApiError(503, "The server has too many open connections; retry later.", "", "too_many_connections");
+    default: return ApiError(status, "The request is not valid HTTP.", "", "bad_request");
+  }
+}
+
+// "application/json" or "application/json; charset=utf-8", in any case.
+bool is_json_content_type(const std::string& value) {
+  std::string type = value.substr(0, value.find(';'));
+  while (!type.empty() && type.back() == ' ') type.pop_back();
+  for (char& c : type) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return type == "application/json";
+}
+
 }  // namespace
 
 struct Server::Impl {
   Impl(Engine& engine, std::optional<ChatTemplate> chat_template, ServerOptions options)
-      : engine(engine), chat_template(std::move(chat_template)), options(std::move(options)) {}
+      : engine(engine),
+        chat_template(std::move(chat_template)),
+        options(std::move(options)),
+        http(connection_limits(this->options), [this](int status) {
+          count_response(status);
+          return dump_json(error_json(refusal_error(status)));
+        }) {}
 
   Engine& engine;
   std::optional<ChatTemplate> chat_template;
   ServerOptions options;
-  httplib::Server http;
   std::mutex counts_mutex;
   std::map<int, uint64_t> response_counts;  // by HTTP status, for /metrics
+  GuardedHttpServer http;                    // last: its threads use the members above
 
   void install_routes();
+  void count_response(int status) {
+    std::lock_guard lock(counts_mutex);
+    ++response_counts[status];
+  }
+  // CORS and the request's media type; false when `res` already holds the answer.
+  bool allowed_by_policy(const httplib::Request& req, httplib::Response& res) const;
   bool authorized(const httplib::Request& req, httplib::Response& res) const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void check_model(const std::string& model) const;
@@ -104,38 +154,33 @@ int Server::bind() {
   return port;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+  impl_->http.listen_after_bind();
+  impl_->http.close_connections();
+}
 
 void Server::stop() { impl_->http.stop(); }
 
 void Server::Impl::install_routes() {
-  const int32_t threads = options.n_http_threads > 0 ? options.n_http_threads : 64 + 8;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool(static_cast<size_t>(threads)); };
-  http.set_payload_max_length(options.max_body_bytes);
-  http.set_keep_alive_max_count(100);
   // Each SSE event is a small write: without TCP_NODELAY, Nagle's algorithm holds it
   // until the client's delayed ACK (~40 ms), which shows up as time to first token.
+  // (Reception sets it on every accepted socket too.)
   http.set_tcp_nodelay(true);
-  // A streaming client that stops reading makes a write block; after this long its
-  // request is treated as disconnected and cancelled.
-  http.set_write_timeout(30, 0);
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-    return authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
-                                : httplib::Server::HandlerResponse::Handled;
+    return allowed_by_policy(req, res) && authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled
+                                                               : httplib::Server::HandlerResponse::Handled;
   });
   // Errors httplib raises itself (unknown path, body too large, bad request line) get the
   // same OpenAI-style body as ours; responses that already have one keep it.
   http.set_error_handler(httplib::Server::HandlerWithResponse([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty() || res.is_chunked_content_provider_) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message;
     if (res.status == 404)
-      message = str_cat("Unknown request URL: ", req.method, " ", req.path, ".");
+      send_error(res, ApiError(404, str_cat("Unknown request URL: ", req.method, " ", req.path, "."), "", "unknown_url"));
     else if (res.status == 413)
-      message = "The request body is larger than this server accepts (--max-body-bytes).";
+      send_error(res, refusal_error(413));
     else
-      message = str_cat("HTTP error ", res.status, " for ", req.method, " ", req.path, ".");
-    send_error(res, ApiError(res.status, message, "", res.status == 404 ? "unknown_url" : ""));
+      send_error(res, ApiError(res.status, str_cat("HTTP error ", res.status, " for ", req.method, " ", req.path, ".")));
     return httplib::Server::HandlerResponse::Handled;
   }));
   http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr ep) {
@@ -148,10 +193,7 @@ void Server::Impl::install_routes() {
     }
     send_error(res, ApiError(500, str_cat("Internal server error: ", what)));
   });
-  http.set_logger([this](const httplib::Request&, const httplib::Response& res) {
-    std::lock_guard lock(counts_mutex);
-    ++response_counts[res.status];
-  });
+  http.set_logger([this](const httplib::Request&, const httplib::Response& res) { count_response(res.status); });
 
   http.Get("/health", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(R"({"status":"ok"})", "application/json");
@@ -190,6 +232,43 @@ void Server::Impl::install_routes() {
     }
     res.set_content(asset->body.data(), asset->body.size(), content_type_for(asset->path));
   });
+}
+
+bool Server::Impl::allowed_by_policy(const httplib::Request& req, httplib::Response& res) const {
+  // CORS: off unless --cors-origin names the page's origin. A browser sends Origin on
+  // cross-site requests; without Access-Control-Allow-Origin it hides the answer, and
+  // without an answered preflight it sends no JSON body at all.
+  const std::string origin = req.get_header_value("Origin");
+  bool origin_allowed = false;
+  for (const std::string& o : options.cors_origins) origin_allowed = origin_allowed || o == "*" || o == origin;
+  if (!origin.empty() && origin_allowed) {
+    res.set_header("Access-Control-Allow-Origin", origin);
+    res.set_header("Vary", "Origin");
+  }
+  if (req.method == "OPTIONS") {
+    if (origin.empty() || !origin_allowed) {
+      send_error(res, ApiError(403, origin.empty() ? "OPTIONS is only answered as a CORS preflight."
+                                                   : str_cat("Origin '", origin, "' is not allowed (--cors-origin)."),
+                               "", "cors_origin_not_allowed"));
+      return false;
+    }
+    res.status = 204;
+    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+    res.set_header("Access-Control-Allow-Headers", "Authorization, Content-Type");
+    res.set_header("Access-Control-Max-Age", "600");
+    return false;
+  }
+  // The API takes JSON only: a text/plain or form POST is what a hostile page can send
+  // cross-site without a preflight, so it is refused, not parsed.
+  if (req.method == "POST" && !is_json_content_type(req.get_header_value("Content-Type"))) {
+    const std::string type = req.get_header_value("Content-Type");
+    send_error(res, ApiError(415,
+                             str_cat("Unsupported Content-Type '", type.empty() ? "(none)" : type,
+                                     "': send the request body as JSON with 'Content-Type: application/json'."),
+                             "", "unsupported_media_type"));
+    return false;
+  }
+  return true;
 }
 
 bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
@@ -262,7 +341,9 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
   } catch (const EngineError& e) {
     // The engine names request fields as /v1/completions does; chat's prompt is its messages.
     std::string param = e.param == "prompt" && endpoint == Endpoint::kChatCompletions ? "messages" : e.param;
-    ApiError api(e.status, e.what(), param, e.status == 429 ? "queue_full" : e.code);
+    // A full queue is OpenAI's rate-limit shape: type "requests", code "rate_limit_exceeded".
+    ApiError api = e.status == 429 ? ApiError(429, e.what(), param, "rate_limit_exceeded", "requests")
+                                   : ApiError(e.status, e.what(), param, e.code);
     if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
     send_error(res, api);
     return;

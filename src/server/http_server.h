@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
@@ -29,6 +30,14 @@ struct ServerOptions {
   int32_t max_prompt_tokens = 0;          // 0: only the context limits the prompt
   int32_t n_http_threads = 0;             // 0: enough for every running and queued request
   int32_t retry_after_seconds = 1;        // Retry-After of a 429 (queue full)
+  // Connections: a request reaches an HTTP thread only once it has fully arrived.
+  int32_t max_connections = 512;          // open sockets at once; more get 503
+  int32_t header_timeout_ms = 10000;      // a request's headers, from its first byte (total)
+  int32_t body_timeout_ms = 30000;        // its body, from the end of the headers (total)
+  int32_t idle_timeout_ms = 5000;         // a keep-alive connection between requests
+  // Origins a browser page may call the API from ("*": any); empty: no CORS headers, so
+  // other sites' pages cannot read answers or send JSON bodies to this server.
+  std::vector<std::string> cors_origins;
 };
 
 class Server {

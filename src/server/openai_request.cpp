@@ -251,10 +251,18 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
 
 ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
   json body;
+  std::string last_key;
   try {
-    body = json::parse(body_text);
+    // The last key read names the field when a number overflows a double (1e400).
+    body = json::parse(body_text, [&last_key](int, json::parse_event_t event, json& parsed) {
+      if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
+      return true;
+    });
   } catch (const json::parse_error& e) {
     throw ApiError(400, str_cat("We could not parse the JSON body of your request: ", e.what()), "", "invalid_json");
+  } catch (const json::exception& e) {
+    throw ApiError(400, str_cat("Invalid '", last_key, "': the number is out of range (", e.what(), ")."), last_key,
+                   "invalid_value");
   }
   if (!body.is_object()) wrong_type("body", "a JSON object", body);
 
@@ -313,13 +321,15 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
                      "implies none), so /v1/chat/completions cannot format the conversation; use /v1/completions "
                      "with a prompt instead.",
                      "messages", "chat_template_missing");
-    std::string text;
+    ChatPrompt rendered;
     try {
-      text = apply_chat_template(*chat_template, request.messages, /*add_assistant=*/true);
+      rendered = render_chat_prompt(*chat_template, request.messages, /*add_assistant=*/true);
     } catch (const Error& e) {
       throw ApiError(400, str_cat("Invalid 'messages': ", e.what()), "messages", "invalid_value");
     }
-    prompt = tokenizer.encode(text, /*add_special=*/true, /*parse_special=*/true);
+    // Only the template's markup becomes control tokens: "<|im_end|>" typed in a message
+    // stays text, so a client cannot close its turn and forge a system one.
+    prompt = tokenizer.encode_with_markup(rendered.text, rendered.markup, /*add_special=*/true);
   } else if (request.prompt_is_tokens) {
     for (size_t i = 0; i < request.prompt_tokens.size(); ++i)
       if (request.prompt_tokens[i] >= tokenizer.n_vocab())
@@ -328,6 +338,9 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
                        "prompt", "invalid_value");
     prompt = request.prompt_tokens;
   } else {
+    // A raw prompt is the client's whole input, template included, so special-token text
+    // in it is parsed (as llama.cpp's /completion does); it can forge nothing it could not
+    // already write.
     prompt = tokenizer.encode(request.prompt_text, /*add_special=*/true, /*parse_special=*/true);
   }
 

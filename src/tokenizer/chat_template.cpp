@@ -13,54 +13,85 @@ void check_role(const ChatMessage& m) {
     throw Error(str_cat("chat message role '", m.role, "' is not one of system, user, assistant"));
 }
 
-std::string render_chatml(std::span<const ChatMessage> messages, bool add_assistant) {
-  std::string out;
-  for (const ChatMessage& m : messages) out += "<|im_start|>" + m.role + "\n" + m.content + "<|im_end|>\n";
-  if (add_assistant) out += "<|im_start|>assistant\n";
-  return out;
+// Builds a ChatPrompt piece by piece, recording which pieces are markup.
+class PromptBuilder {
+ public:
+  PromptBuilder& markup(std::string_view s) {
+    if (s.empty()) return *this;
+    if (!p_.markup.empty() && p_.markup.back().end == p_.text.size()) {
+      p_.markup.back().end += s.size();  // adjacent markup: one range
+    } else {
+      p_.markup.push_back({p_.text.size(), p_.text.size() + s.size()});
+    }
+    p_.text += s;
+    return *this;
+  }
+  PromptBuilder& content(std::string_view s) {
+    p_.text += s;
+    return *this;
+  }
+  ChatPrompt take() { return std::move(p_); }
+
+ private:
+  ChatPrompt p_;
+};
+
+ChatPrompt render_chatml(std::span<const ChatMessage> messages, bool add_assistant) {
+  PromptBuilder b;
+  for (const ChatMessage& m : messages)
+    b.markup("<|im_start|>").markup(m.role).markup("\n").content(m.content).markup("<|im_end|>\n");
+  if (add_assistant) b.markup("<|im_start|>assistant\n");
+  return b.take();
 }
 
 // Gemma has no system role: the system text opens the first user turn.
-std::string render_gemma(std::span<const ChatMessage> messages, bool add_assistant) {
-  std::string out, system;
+ChatPrompt render_gemma(std::span<const ChatMessage> messages, bool add_assistant) {
+  PromptBuilder b;
+  std::vector<const ChatMessage*> system;
   for (const ChatMessage& m : messages) {
     if (m.role == "system") {
-      system += m.content + "\n\n";
+      system.push_back(&m);
       continue;
     }
-    const char* role = m.role == "assistant" ? "model" : "user";
-    out += str_cat("<start_of_turn>", role, "\n", m.role == "user" ? system : "", m.content, "<end_of_turn>\n");
-    if (m.role == "user") system.clear();
+    b.markup("<start_of_turn>").markup(m.role == "assistant" ? "model" : "user").markup("\n");
+    if (m.role == "user") {
+      for (const ChatMessage* s : system) b.content(s->content).markup("\n\n");
+      system.clear();
+    }
+    b.content(m.content).markup("<end_of_turn>\n");
   }
-  if (add_assistant) out += "<start_of_turn>model\n";
-  return out;
+  if (add_assistant) b.markup("<start_of_turn>model\n");
+  return b.take();
 }
 
-std::string render_llama3(std::span<const ChatMessage> messages, bool add_assistant) {
-  std::string out;
+ChatPrompt render_llama3(std::span<const ChatMessage> messages, bool add_assistant) {
+  PromptBuilder b;
   for (const ChatMessage& m : messages)
-    out += "<|start_header_id|>" + m.role + "<|end_header_id|>\n\n" + m.content + "<|eot_id|>";
-  if (add_assistant) out += "<|start_header_id|>assistant<|end_header_id|>\n\n";
-  return out;
+    b.markup("<|start_header_id|>").markup(m.role).markup("<|end_header_id|>\n\n").content(m.content).markup("<|eot_id|>");
+  if (add_assistant) b.markup("<|start_header_id|>assistant<|end_header_id|>\n\n");
+  return b.take();
 }
 
 // [INST] user [/INST] answer</s>, with a system text in <<SYS>> inside the first [INST].
-std::string render_llama2(std::span<const ChatMessage> messages, bool add_assistant) {
-  std::string out, system;
+ChatPrompt render_llama2(std::span<const ChatMessage> messages, bool add_assistant) {
+  PromptBuilder b;
+  const ChatMessage* system = nullptr;
   bool first = true;
   for (const ChatMessage& m : messages) {
     if (m.role == "system") {
-      system = "<<SYS>>\n" + m.content + "\n<</SYS>>\n\n";
+      system = &m;
     } else if (m.role == "user") {
-      out += str_cat(first ? "" : "<s>", "[INST] ", system, m.content, " [/INST]");
-      system.clear();
+      b.markup(first ? "" : "<s>").markup("[INST] ");
+      if (system != nullptr) b.markup("<<SYS>>\n").content(system->content).markup("\n<</SYS>>\n\n");
+      b.content(m.content).markup(" [/INST]");
+      system = nullptr;
       first = false;
     } else {
-      out += " " + m.content + "</s>";
+      b.markup(" ").content(m.content).markup("</s>");
     }
   }
   (void)add_assistant;  // the assistant turn opens right after [/INST]
-  return out;
+  return b.take();
 }
 
 }  // namespace
@@ -102,6 +133,11 @@ ChatTemplate detect_chat_template(const gguf::File& file) {
 
 std::string apply_chat_template(const ChatTemplate& tmpl, std::span<const ChatMessage> messages,
                                 bool add_assistant) {
+  return render_chat_prompt(tmpl, messages, add_assistant).text;
+}
+
+ChatPrompt render_chat_prompt(const ChatTemplate& tmpl, std::span<const ChatMessage> messages,
+                              bool add_assistant) {
   for (const ChatMessage& m : messages) check_role(m);
   std::vector<ChatMessage> with_system;
   if (!tmpl.default_system.empty() && (messages.empty() || messages[0].role != "system")) {

@@ -3,12 +3,19 @@
 // llama.cpp does, rather than running Jinja), falling back to the architecture.
 //
 //   ChatTemplate t = detect_chat_template(file);        // throws if none can be found
-//   std::string prompt = apply_chat_template(t, {{"user", "Hi"}}, /*add_assistant=*/true);
+//   ChatPrompt p = render_chat_prompt(t, {{"user", "Hi"}}, /*add_assistant=*/true);
+//   std::vector<int32_t> ids = tokenizer.encode_with_markup(p.text, p.markup);
+//
+// Message content is untrusted: only the template's own markup may become special
+// tokens, so a message holding "<|im_end|>" cannot close its turn and forge another.
 #pragma once
 
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "tokenizer/tokenizer.h"
 
 namespace ridge::gguf {
 class File;
@@ -41,9 +48,19 @@ bool chat_format_from_template(std::string_view jinja, ChatFormat& format);
 // neither tells.
 ChatTemplate detect_chat_template(const gguf::File& file);
 
+// A rendered conversation: the prompt text and where the template's own markup lies in
+// it (sorted); everything else is message content.
+struct ChatPrompt {
+  std::string text;
+  std::vector<TextRange> markup;
+};
+
 // Renders the conversation; with add_assistant, ends with the opening of the assistant's
 // turn so generation continues as the assistant. BOS is not included (the tokenizer adds
 // it). Throws ridge::Error for an unknown role.
+ChatPrompt render_chat_prompt(const ChatTemplate& tmpl, std::span<const ChatMessage> messages, bool add_assistant);
+// The text of render_chat_prompt, for a caller that trusts the content (its own user's
+// terminal) and tokenizes it with parse_special.
 std::string apply_chat_template(const ChatTemplate& tmpl, std::span<const ChatMessage> messages, bool add_assistant);
 
 }  // namespace ridge

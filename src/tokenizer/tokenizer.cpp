@@ -1,6 +1,8 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cassert>
+#include <iterator>
 
 #include "core/error.h"
 #include "gguf/gguf.h"
@@ -195,13 +197,20 @@ void Tokenizer::build_pieces() {
   pieces_.shrink_to_fit();
 }
 
-std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
-                                                          bool parse_special) const {
+std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text, bool parse_special,
+                                                          const std::span<const TextRange>* markup) const {
   if (text.empty()) return {};
   const auto& specials = vocab_.special_tokens();
-  auto allowed = [&](int32_t id) {
+  auto inside_markup = [&](size_t begin, size_t end) {
+    // The last range starting at or before `begin` must reach `end`.
+    auto it = std::upper_bound(markup->begin(), markup->end(), begin,
+                               [](size_t b, const TextRange& r) { return b < r.begin; });
+    return it != markup->begin() && std::prev(it)->end >= end;
+  };
+  auto allowed = [&](int32_t id, size_t begin, size_t end) {
     // Without parse_special only USER_DEFINED tokens are split out (llama.cpp, HF).
-    return parse_special || vocab_.token_type(id) == TokenType::kUserDefined;
+    if (vocab_.token_type(id) == TokenType::kUserDefined) return true;
+    return parse_special && (markup == nullptr || inside_markup(begin, end));
   };
 
   // Every occurrence of every special token: (rank, position).
@@ -217,7 +226,7 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
       if (it == children.end() || it->first != byte) break;
       node = it->second;
       const int32_t rank = trie_[static_cast<size_t>(node)].rank;
-      if (rank >= 0 && allowed(specials[static_cast<size_t>(rank)])) {
+      if (rank >= 0 && allowed(specials[static_cast<size_t>(rank)], i, j + 1)) {
         found.emplace_back(rank, static_cast<uint32_t>(i));
       }
     }
@@ -273,10 +282,22 @@ std::vector<Tokenizer::Fragment> Tokenizer::split_special(std::string_view text,
 
 std::vector<int32_t> Tokenizer::encode(std::string_view text, bool add_special,
                                        bool parse_special) const {
+  return encode_fragments(split_special(text, parse_special), text.size(), add_special);
+}
+
+std::vector<int32_t> Tokenizer::encode_with_markup(std::string_view text, std::span<const TextRange> markup,
+                                                   bool add_special) const {
+  for (size_t i = 0; i < markup.size(); ++i)
+    assert(markup[i].begin <= markup[i].end && markup[i].end <= text.size() &&
+           (i == 0 || markup[i - 1].end <= markup[i].begin));
+  return encode_fragments(split_special(text, /*parse_special=*/true, &markup), text.size(), add_special);
+}
+
+std::vector<int32_t> Tokenizer::encode_fragments(std::span<const Fragment> fragments, size_t text_size,
+                                                 bool add_special) const {
   std::vector<int32_t> out;
-  out.reserve(text.size() / 3 + 4);
+  out.reserve(text_size / 3 + 4);
   if (add_special && vocab_.add_bos()) out.push_back(vocab_.bos());
-  const std::vector<Fragment> fragments = split_special(text, parse_special);
 
   if (vocab_.type() == VocabType::kSentencePiece) {
     SpmEncoder encoder(vocab_, *spm_);

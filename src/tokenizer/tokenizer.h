@@ -30,6 +30,12 @@ class PreTokenizer;
 struct BpeTables;
 struct SpmTables;
 
+// A stretch of bytes [begin, end) of a text.
+struct TextRange {
+  size_t begin = 0;
+  size_t end = 0;
+};
+
 struct DecodeOptions {
   // Print CONTROL and UNKNOWN tokens (BOS, <|im_end|>, ...) as their text; off, they
   // print nothing, as llama.cpp does without `special`.
@@ -57,6 +63,14 @@ class Tokenizer {
   // USER_DEFINED tokens are always matched, as in llama.cpp.
   std::vector<int32_t> encode(std::string_view text, bool add_special = true,
                               bool parse_special = true) const;
+  // A prompt made of trusted markup (a chat template's "<|im_start|>user\n") and untrusted
+  // content (what a client sent): CONTROL tokens are recognised only where their whole
+  // text lies inside one of the `markup` ranges (sorted, not overlapping); special-token
+  // text in content is tokenized as text. Raw text is still tokenized across the
+  // boundaries, so content without special-token text gets exactly the tokens of
+  // encode(text, add_special, /*parse_special=*/true).
+  std::vector<int32_t> encode_with_markup(std::string_view text, std::span<const TextRange> markup,
+                                          bool add_special = true) const;
   // Throws ridge::Error on an id outside the vocabulary.
   std::string decode(std::span<const int32_t> ids, const DecodeOptions& options = {}) const;
   // The bytes one token stands for (may be part of a UTF-8 character); the view lives as
@@ -75,7 +89,11 @@ class Tokenizer {
     int32_t token;          // Vocab::kNoToken for raw text
     std::string_view text;  // raw text when token is kNoToken
   };
-  std::vector<Fragment> split_special(std::string_view text, bool parse_special) const;
+  // markup: when given, CONTROL tokens are split out only inside these ranges.
+  std::vector<Fragment> split_special(std::string_view text, bool parse_special,
+                                      const std::span<const TextRange>* markup = nullptr) const;
+  std::vector<int32_t> encode_fragments(std::span<const Fragment> fragments, size_t text_size,
+                                        bool add_special) const;
   void build_special_trie();
   void build_pieces();
   void check_id(int32_t id) const;

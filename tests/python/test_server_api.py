@@ -431,6 +431,9 @@ def test_full_queue_is_429_with_retry_after():
         for status, headers, raw in results:
             if status == 429:
                 assert headers.get("Retry-After") == "1"
-                assert json.loads(raw)["error"]["code"] == "queue_full"
+                # OpenAI's rate-limit shape (was code "queue_full" with type invalid_request_error,
+                # which clients could not tell from a bad request).
+                err = json.loads(raw)["error"]
+                assert err["code"] == "rate_limit_exceeded" and err["type"] == "requests"
         server.wait_idle()
         still_serving(server)

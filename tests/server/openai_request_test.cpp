@@ -34,6 +34,15 @@ TEST(ParseRequest, MalformedJsonIs400InvalidJson) {
   EXPECT_EQ(parse_error("[1, 2]").status, 400);  // not an object
 }
 
+TEST(ParseRequest, NumberOverflowIs400NamingTheField) {
+  // 1e400 is valid JSON but no double: a 400 naming the field, not a 500.
+  ApiError e = parse_error(R"({"prompt": "hi", "max_tokens": 1e400})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "max_tokens");
+  EXPECT_EQ(e.code, "invalid_value");
+  EXPECT_EQ(parse_error(R"({"prompt": "hi", "temperature": -1e999})").param, "temperature");
+}
+
 TEST(ParseRequest, WrongTypesNameTheField) {
   struct Case {
     const char* body;
