@@ -4,19 +4,14 @@
 
 #include <bit>
 #include <cmath>
-#include <random>
 #include <vector>
+
+#include "test_util.h"
 
 namespace ridge::kernels {
 namespace {
 
-std::vector<float> random_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(static_cast<size_t>(n));
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+std::vector<float> random_values(int64_t n, uint32_t seed) { return testing::random_floats(static_cast<size_t>(n), seed); }
 
 TEST(Hadamard, MatchesSylvestersMatrixInDouble) {
   for (int64_t block : {64, 128, 256}) {
