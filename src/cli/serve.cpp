@@ -170,7 +170,7 @@ void add_serve_command(CLI::App& app) {
   cmd->add_option("--kv-budget", opt->kv_budget_mib, "KV cache memory in MiB (0: enough for --parallel contexts)");
   cmd->add_option("-c,--ctx-size", opt->n_ctx, "Context per request in tokens (0: model's, capped at 8192)");
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
-  cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on /v1/*");
+  cmd->add_option("--api-key", opt->api_key, "Require 'Authorization: Bearer KEY' on /v1/*, /tokenize and /detokenize");
   cmd->add_option("--max-queue", opt->max_queue, "Waiting requests beyond this get 429")->capture_default_str();
   cmd->add_option("--max-body-bytes", opt->max_body_bytes, "Larger request bodies get 413")->capture_default_str();
   cmd->add_option("--max-prompt-tokens", opt->max_prompt_tokens, "Longer prompts get 400 (0: context only)")

@@ -59,6 +59,7 @@ Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max
       submitted(Clock::now()),
       score(std::move(p.score)),
       score_from(p.score_from),
+      hidden(std::move(p.hidden)),
       draft_sampler([&] {
         SamplingParams d = p.sampling;  // the request's chain, its own stream, no logprobs
         d.seed = p.sampling.seed ^ 0x9e3779b97f4a7c15ULL;
@@ -68,6 +69,7 @@ Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max
       }()) {
   n_prompt = static_cast<int32_t>(p.prompt.size());
   tokens = std::move(p.prompt);
+  reuse_prefix = !hidden;  // an embedding needs every position's state
   // Room for every token it may hold, drafts included: no reallocation while running.
   tokens.reserve(static_cast<size_t>(n_prompt + max_tokens + draft_max));
   drafts.reserve(static_cast<size_t>(draft_max));
@@ -122,6 +124,7 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* 
   limits.max_request_tokens = std::min(sizing.n_ctx, cache->max_tokens_per_sequence());
   limits.max_step_tokens = sizing.max_step_tokens;
   limits.parallel = o.parallel;
+  limits.max_queue = o.max_queue;
   scheduler = std::make_unique<Scheduler>(
       SchedulerOptions{o.parallel, sizing.max_step_tokens, o.max_queue}, *cache);
   setup_speculation(draft_model);
@@ -133,6 +136,8 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* 
   batch.tokens.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.positions.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.logit_rows.reserve(static_cast<size_t>(logit_rows));
+  batch.hidden_rows.reserve(static_cast<size_t>(sizing.max_step_tokens));
+  hidden_targets.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.sequences.reserve(static_cast<size_t>(o.parallel));
   logits.resize(static_cast<size_t>(logit_rows) * static_cast<size_t>(n_vocab));
 
@@ -194,6 +199,7 @@ void Engine::Impl::step() {
 
   batch.clear();
   row_targets.clear();
+  hidden_targets.clear();
   int32_t sampling_rows = 0;
   bool scoring = false;
   for (const ScheduledChunk& c : plan.chunks) {
@@ -208,6 +214,14 @@ void Engine::Impl::step() {
       scoring = scoring || from <= to;
       continue;
     }
+    if (r.hidden) {  // embedded: a hidden row for each position not delivered before
+      batch.add_sequence(r.slot, c.start, chunk_tokens, LogitRows::kNone);
+      const int32_t from = std::max(c.start, r.hidden_until + 1);
+      const int32_t end = c.start + c.n_tokens;
+      batch.add_hidden_rows(batch.n_tokens() - end + from, std::max(0, end - from));
+      for (int32_t p = from; p < end; ++p) hidden_targets.push_back({&r, p, -1});
+      continue;
+    }
     // The prefix cache hashes confirmed tokens only: a rejected draft is never indexed.
     if (cache->prefix_cache_enabled())
       cache->set_tokens(r.slot, std::span<const int32_t>(r.tokens).first(r.tokens.size() - r.n_draft));
@@ -218,13 +232,15 @@ void Engine::Impl::step() {
   }
   const Clock::time_point start = Clock::now();
   try {
-    if (scoring) {
-      model.forward(batch, *cache,
-                    LogitSink{score_logits.data(), kScoreSliceRows,
-                              [this](int32_t first, int32_t n, const float* rows) { deliver_rows(first, n, rows); }});
-    } else {
-      model.forward(batch, *cache, logits.data());
-    }
+    LogitSink sink = scoring ? LogitSink{score_logits.data(), kScoreSliceRows,
+                                         [this](int32_t first, int32_t n, const float* rows) {
+                                           deliver_rows(first, n, rows);
+                                         },
+                                         nullptr}
+                             : LogitSink{logits.data(), std::max(batch.n_logit_rows(), 1), nullptr, nullptr};
+    if (batch.n_hidden_rows() > 0)
+      sink.on_hidden = [this](int32_t n, const float* rows) { deliver_hidden(n, rows); };
+    model.forward(batch, *cache, sink);
   } catch (const std::exception& e) {
     // forward validates before computing, so the cache is unchanged: fail this batch only.
     for (const ScheduledChunk& c : plan.chunks) {
@@ -242,6 +258,15 @@ void Engine::Impl::step() {
     if (r.score) {  // scored: ends when its prompt is computed, or at the first error
       if (!r.score_error.empty())
         end(r, FinishReason::kError, str_cat("score: ", r.score_error));
+      else if (c.needs_logits) {
+        counters.prompt_tokens_total += static_cast<uint64_t>(r.n_prompt);
+        end(r, FinishReason::kLength, {});
+      }
+      continue;
+    }
+    if (r.hidden) {  // embedded: the same
+      if (!r.hidden_error.empty())
+        end(r, FinishReason::kError, str_cat("hidden: ", r.hidden_error));
       else if (c.needs_logits) {
         counters.prompt_tokens_total += static_cast<uint64_t>(r.n_prompt);
         end(r, FinishReason::kLength, {});
@@ -287,6 +312,20 @@ void Engine::Impl::deliver_rows(int32_t first, int32_t n, const float* rows) {
       t.request->scored_until = t.position;
     } catch (const std::exception& e) {
       t.request->score_error = e.what();
+    }
+  }
+}
+
+void Engine::Impl::deliver_hidden(int32_t n, const float* rows) {
+  const auto n_embd = static_cast<size_t>(model.config().n_embd);
+  for (int32_t i = 0; i < n; ++i) {
+    const RowTarget& t = hidden_targets[static_cast<size_t>(i)];
+    if (!t.request->hidden_error.empty()) continue;
+    try {  // the client's code: a throw ends this request, not the step
+      t.request->hidden(t.position, std::span<const float>(rows + static_cast<size_t>(i) * n_embd, n_embd));
+      t.request->hidden_until = t.position;
+    } catch (const std::exception& e) {
+      t.request->hidden_error = e.what();
     }
   }
 }
@@ -444,6 +483,14 @@ std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) {
       throw EngineError(400, str_cat("prompt: token ", i, " is ", params.prompt[i],
                                      ", outside the vocabulary [0, ", n_vocab, ")"), "prompt");
     }
+  }
+  if (params.hidden) {  // embedding: the prompt is all there is
+    if (params.score) throw EngineError(400, "a request either scores or embeds its prompt, not both", "prompt");
+    if (n_prompt > limit)
+      throw EngineError(400, str_cat("prompt: ", n_prompt, " tokens exceed ", limit_name, limit, " tokens"), "prompt",
+                        "context_length_exceeded");
+    params.max_tokens = 1;  // never reached: nothing is sampled
+    return std::make_unique<Request>(params, std::make_shared<RequestStream>(), 1, tokenizer, next_id.fetch_add(1), 0);
   }
   if (params.score) {  // scoring: the prompt is all there is
     if (n_prompt < 2) throw EngineError(400, "prompt: scoring needs at least two tokens", "prompt");

@@ -85,6 +85,7 @@ struct EngineLimits {
                                    // cache cannot hold that much for one request
   int32_t max_step_tokens = 0;
   int32_t parallel = 0;
+  int32_t max_queue = 0;           // requests one submit() can queue at most (when none wait)
 };
 
 struct RequestParams {
@@ -102,6 +103,15 @@ struct RequestParams {
   // and stop are not used.
   std::function<void(int32_t position, std::span<const float> logits)> score;
   int32_t score_from = 0;
+
+  // Embedding instead of generating (/v1/embeddings; engine/embedding.h pools): when set,
+  // nothing is sampled; for every prompt position p in [0, prompt.size() - 1], hidden(p,
+  // state) gets the final hidden state ([n_embd], after the output norm, before the output
+  // projection), on the engine thread, each position once. The prompt is computed whole:
+  // no prefix cache, since every position's state is needed. The request ends with
+  // FinishReason::kLength once its prompt is computed (kError with the message if hidden
+  // throws); max_tokens, sampling and stop are not used. Not together with score.
+  std::function<void(int32_t position, std::span<const float> hidden)> hidden;
 };
 
 // One step of a request's stream. Text arrives in whole UTF-8 characters; text that

@@ -42,6 +42,14 @@ struct Request : SequenceState {
   int32_t scored_until = -1;  // last position delivered (a preempted request is recomputed,
                               // and its positions are not delivered twice)
 
+  // Embedding (RequestParams::hidden): every prompt position's final hidden state.
+  std::function<void(int32_t, std::span<const float>)> hidden;
+  std::string hidden_error;    // what hidden threw, reported when the step ends
+  int32_t hidden_until = -1;   // last position delivered, as scored_until
+
+  // Scoring or embedding: the prompt is all there is, nothing is sampled or drafted.
+  bool prompt_only() const { return score || hidden; }
+
   // This step's new tokens' logprobs (the tokens are the last ones of `tokens`).
   std::vector<float> step_logprobs;
   std::vector<std::vector<TokenLogprob>> step_top_logprobs;
@@ -94,6 +102,7 @@ struct Engine::Impl {
     int32_t sampling_row;           // its row in `logits` (sampling rows only)
   };
   std::vector<RowTarget> row_targets;
+  std::vector<RowTarget> hidden_targets;  // what each of the step's hidden rows is for
 
   // Speculative decoding, engine thread only.
   StepCostModel step_costs;         // measured target step seconds by tokens
@@ -111,6 +120,7 @@ struct Engine::Impl {
   void run();
   void step();
   void deliver_rows(int32_t first, int32_t n, const float* rows);  // a LogitSink slice
+  void deliver_hidden(int32_t n, const float* rows);  // the step's hidden rows ([n][n_embd])
   // Streams the request's last n_new tokens (this step's) as one event.
   void emit(Request& r, int32_t n_new);
   void end(Request& r, FinishReason reason, const std::string& error);

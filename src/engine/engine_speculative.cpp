@@ -86,7 +86,7 @@ void Engine::Impl::propose_drafts() {
   for (SequenceState* s : scheduler->running()) {
     Request& r = static_cast<Request&>(*s);
     r.drafts.clear();
-    if (r.finished || r.score || r.n_draft != 0 || static_cast<int32_t>(r.tokens.size()) - r.n_computed != 1)
+    if (r.finished || r.prompt_only() || r.n_draft != 0 || static_cast<int32_t>(r.tokens.size()) - r.n_computed != 1)
       continue;
     // After the step the request holds up to tokens + gamma + 1 tokens and has generated
     // up to n_generated + gamma + 1: both within its limits.
@@ -119,7 +119,7 @@ void Engine::Impl::follow_prefills(const SchedulerStep& plan) {
   for (const ScheduledChunk& c : plan.chunks) {
     if (c.n_tokens == 1 || c.n_draft > 0) continue;  // decodes catch up when they draft
     Request& r = static_cast<Request&>(*c.sequence);
-    if (r.score) continue;  // scored prompts are never drafted for
+    if (r.prompt_only()) continue;  // scored or embedded prompts are never drafted for
     DraftJob job;
     job.slot = r.slot;
     job.owner = r.id;

@@ -118,7 +118,7 @@ bool Scheduler::admit(SequenceState* s) {
   const int32_t slot = free_slots_.back();
   cache_.add_sequence(slot);
   s->slot = slot;
-  const int32_t cached = cache_.attach_prefix(slot, s->tokens);
+  const int32_t cached = s->reuse_prefix ? cache_.attach_prefix(slot, s->tokens) : 0;
   s->n_computed = cached;
   const int32_t n = std::min(remaining(*s), budget_);
   if (!cache_.reserve(slot, n)) {

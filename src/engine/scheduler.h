@@ -66,6 +66,7 @@ struct SequenceState {
   SequenceStatus status = SequenceStatus::kWaiting;
   int32_t n_scheduled = 0;      // tokens in the current step (0: not scheduled)
   int32_t n_draft = 0;          // the last n_draft of tokens are unverified drafts
+  bool reuse_prefix = true;     // false: admitted without the prefix cache (every token computed)
 };
 
 struct ScheduledChunk {

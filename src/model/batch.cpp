@@ -26,11 +26,16 @@ void Batch::add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t
   }
 }
 
+void Batch::add_hidden_rows(int32_t first, int32_t n) {
+  for (int32_t i = 0; i < n; ++i) hidden_rows.push_back(first + i);
+}
+
 void Batch::clear() {
   tokens.clear();
   positions.clear();
   sequences.clear();
   logit_rows.clear();
+  hidden_rows.clear();
 }
 
 }  // namespace ridge

@@ -29,6 +29,8 @@ struct Batch {
   std::vector<int32_t> positions;    // [n_tokens]
   std::vector<BatchSequence> sequences;
   std::vector<int32_t> logit_rows;   // rows whose logits are wanted, ascending
+  std::vector<int32_t> hidden_rows;  // rows whose final hidden states are wanted (embeddings),
+                                     // ascending; a row may be in both lists
 
   // Appends a sequence's new tokens at positions start_pos, start_pos + 1, ...
   // n_tentative: see BatchSequence (speculative decoding).
@@ -38,9 +40,13 @@ struct Batch {
   // (scoring a prompt: every position that predicts a known next token).
   void add_sequence(int32_t seq, int32_t start_pos, std::span<const int32_t> new_tokens, int32_t logits_from,
                     int32_t logits_to);
+  // Asks for the final hidden states of rows first .. first + n - 1 (all of an embedded
+  // sequence's rows, after add_sequence with LogitRows::kNone).
+  void add_hidden_rows(int32_t first, int32_t n);
   void clear();
   int32_t n_tokens() const { return static_cast<int32_t>(tokens.size()); }
   int32_t n_logit_rows() const { return static_cast<int32_t>(logit_rows.size()); }
+  int32_t n_hidden_rows() const { return static_cast<int32_t>(hidden_rows.size()); }
 };
 
 }  // namespace ridge

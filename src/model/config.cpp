@@ -42,6 +42,17 @@ void refuse_unread_keys(const gguf::File& f, const std::string& prefix, const Fa
 
 }  // namespace
 
+const char* pooling_name(Pooling pooling) {
+  switch (pooling) {
+    case Pooling::kNone: return "none";
+    case Pooling::kMean: return "mean";
+    case Pooling::kCls: return "cls";
+    case Pooling::kLast: return "last";
+    case Pooling::kRank: return "rank";
+  }
+  return "unknown";
+}
+
 const std::vector<std::string>& ModelConfig::supported_architectures() {
   static const std::vector<std::string> names = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
   return names;
@@ -76,6 +87,11 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
                         " is not supported"));
   if (c.n_rot > c.d_head || c.n_rot % 2 != 0)
     throw Error(str_cat(f.name(), ": ", p, "rope.dimension_count ", c.n_rot, " must be even and <= ", c.d_head));
+
+  const int32_t pooling = get_i32(f, p + "pooling_type", static_cast<int32_t>(Pooling::kMean));
+  if (pooling < 0 || pooling > static_cast<int32_t>(Pooling::kRank))
+    throw Error(str_cat(f.name(), ": ", p, "pooling_type ", pooling, " is not one of llama.cpp's 0..4"));
+  c.pooling = static_cast<Pooling>(pooling);
 
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = static_cast<int32_t>(embd.ne[1]);

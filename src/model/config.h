@@ -21,6 +21,11 @@ namespace ridge {
 
 enum class Activation { kSilu, kGelu };  // gate activation of the gated MLP
 
+// How an embedding pools the final hidden states of an input's tokens: llama.cpp's
+// enum llama_pooling_type, in its numbering (GGUF's <arch>.pooling_type).
+enum class Pooling { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
+const char* pooling_name(Pooling pooling);  // "none", "mean", "cls", "last", "rank"
+
 struct LayerConfig {
   int32_t window = 0;        // sliding window in tokens; 0 = global attention
   float rope_base = 10000.0f;
@@ -61,6 +66,8 @@ struct ModelConfig {
   bool fused_qkv = false;        // Phi-3: one attn_qkv tensor (q rows, then k, then v)
   bool fused_gate_up = false;    // Phi-3: ffn_up holds the gate rows, then the up rows
   Activation activation = Activation::kSilu;
+  Pooling pooling = Pooling::kMean;  // <arch>.pooling_type; absent: mean (llama.cpp's default
+                                     // for a model that does not say)
 
   // Mixture of experts (n_expert > 0): each token's MLP is the weighted sum of the
   // n_expert_used experts its router ranks highest (softmax over all experts, top k;

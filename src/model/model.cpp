@@ -196,17 +196,22 @@ void Model::validate(const Batch& b, const KvCache& cache) const {
   for (size_t i = 0; i < b.logit_rows.size(); ++i)
     if (b.logit_rows[i] < 0 || b.logit_rows[i] >= n || (i > 0 && b.logit_rows[i] <= b.logit_rows[i - 1]))
       throw Error(str_cat("forward: logit row ", b.logit_rows[i], " is out of range or out of order"));
+  for (size_t i = 0; i < b.hidden_rows.size(); ++i)
+    if (b.hidden_rows[i] < 0 || b.hidden_rows[i] >= n || (i > 0 && b.hidden_rows[i] <= b.hidden_rows[i - 1]))
+      throw Error(str_cat("forward: hidden row ", b.hidden_rows[i], " is out of range or out of order"));
   if (cache.block_size() > 64) throw Error("forward: KV block size above 64 is not supported");
 }
 
 void Model::forward(const Batch& b, KvCache& cache, float* logits) {
-  forward(b, cache, LogitSink{logits, std::max(b.n_logit_rows(), 1), nullptr});
+  forward(b, cache, LogitSink{logits, std::max(b.n_logit_rows(), 1), nullptr, nullptr});
 }
 
 void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   validate(b, cache);
   if (sink.max_rows < 1 || (b.n_logit_rows() > 0 && sink.buffer == nullptr))
     throw Error(str_cat("forward: logit sink of ", sink.max_rows, " rows"));
+  if (b.n_hidden_rows() > 0 && !sink.on_hidden)
+    throw Error(str_cat("forward: ", b.n_hidden_rows(), " hidden rows asked for and no sink for them"));
   const ModelConfig& c = config_;
   const int32_t n = b.n_tokens();
 
@@ -224,6 +229,17 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     cache.recycle_window(s.seq, s.n_tentative);
   }
   if (stopped) return;
+
+  // Final hidden states (embeddings): the output norm of the wanted rows, gathered into h_,
+  // which the layers no longer need.
+  const int32_t n_hidden = b.n_hidden_rows();
+  if (n_hidden > 0) {
+    for (int32_t i = 0; i < n_hidden; ++i)
+      std::memcpy(h_.data() + static_cast<size_t>(i) * c.n_embd,
+                  x_.data() + static_cast<size_t>(b.hidden_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
+    kernels::rms_norm(h_.data(), weights_.output_norm, h_.data(), n_hidden, c.n_embd, c.norm_eps);
+    sink.on_hidden(n_hidden, h_.data());
+  }
 
   // Final norm and output projection for the rows that need logits only, a slice of the
   // sink's rows at a time.

@@ -33,10 +33,13 @@ namespace ridge {
 // scored prompt has a row per token): the output projection runs on max_rows rows at a
 // time into buffer ([max_rows][n_vocab]), and on_rows gets each slice: rows first ..
 // first + n - 1 of batch.logit_rows.
+// on_hidden gets batch.hidden_rows' final hidden states ([n][n_embd], after the output
+// norm, before the output projection: what embeddings pool), all rows in one call.
 struct LogitSink {
   float* buffer = nullptr;
   int32_t max_rows = 0;
   std::function<void(int32_t first, int32_t n, const float* logits)> on_rows;
+  std::function<void(int32_t n, const float* hidden)> on_hidden;
 };
 
 // Where a layer's weight matmuls take their input: the rows all matrices of a site see.
@@ -112,7 +115,7 @@ class Model {
   // (each sequence must have start_pos == cache.n_tokens(seq) and capacity reserved for
   // its new tokens), commits them, recycles blocks that left sliding windows, and writes
   // logits for batch.logit_rows: [batch.n_logit_rows()][n_vocab]. Throws ridge::Error,
-  // before any compute, for a malformed batch.
+  // before any compute, for a malformed batch (hidden_rows need the sink overload).
   void forward(const Batch& batch, KvCache& cache, float* logits);
   // The same, logits in slices through the sink (max_rows >= 1).
   void forward(const Batch& batch, KvCache& cache, const LogitSink& sink);

@@ -7,11 +7,14 @@
 #include <mutex>
 #include <random>
 
+#include "engine/embedding.h"
 #include "server/api_error.h"
+#include "server/embeddings_api.h"
 #include "server/guarded_http.h"
 #include "server/metrics_text.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/tokenize_api.h"
 #include "server/web_assets.h"
 
 namespace ridge::server {
@@ -60,6 +63,40 @@ struct Exchange {
     return true;
   }
 };
+
+// One /v1/embeddings request: an engine request per input, each pooling its hidden
+// states as the engine computes them. The releaser cancels what is unfinished.
+struct EmbeddingExchange {
+  EmbeddingsRequest request;
+  std::vector<std::shared_ptr<EmbeddingPool>> pools;
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  std::vector<bool> finished;
+  int64_t prompt_tokens = 0;
+
+  void cancel_unfinished() {
+    for (size_t i = 0; i < streams.size(); ++i)
+      if (!finished[i]) streams[i]->cancel();
+  }
+};
+
+// An engine refusal as the API gives it; a full queue is OpenAI's rate-limit shape (type
+// "requests", code "rate_limit_exceeded") with Retry-After.
+void send_engine_error(httplib::Response& res, const EngineError& e, const std::string& param,
+                       int32_t retry_after_seconds) {
+  if (e.status == 429) {
+    res.set_header("Retry-After", std::to_string(retry_after_seconds));
+    send_error(res, ApiError(429, e.what(), param, "rate_limit_exceeded", "requests"));
+    return;
+  }
+  send_error(res, ApiError(e.status, e.what(), param, e.code));
+}
+
+// Paths that need the API key when the server has one: the OpenAI API and llama-server's
+// /tokenize and /detokenize (which guards them too). The page, /health and /metrics stay
+// open, as llama.cpp's are.
+bool needs_api_key(const std::string& path) {
+  return path.rfind("/v1/", 0) == 0 || path == "/tokenize" || path == "/detokenize";
+}
 
 ConnectionLimits connection_limits(const ServerOptions& o) {
   using std::chrono::milliseconds;
@@ -126,6 +163,10 @@ struct Server::Impl {
   bool allowed_by_policy(const httplib::Request& req, httplib::Response& res) const;
   bool authorized(const httplib::Request& req, httplib::Response& res) const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
+  void handle_embeddings(const httplib::Request& req, httplib::Response& res);
+  std::shared_ptr<EmbeddingExchange> submit_embeddings(EmbeddingsRequest request);
+  // Waits for every input's vector and writes the response; false when the client went away.
+  bool relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const;
   void check_model(const std::string& model) const;
   std::shared_ptr<Exchange> submit(ApiRequest request, Endpoint endpoint);
   // Relays events until every choice finishes; false when the client went away.
@@ -223,6 +264,27 @@ void Server::Impl::install_routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, Endpoint::kChatCompletions);
   });
+  http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_embeddings(req, res);
+  });
+  // llama-server's tokenizer endpoints (outside /v1, as there): the tokenizer is const and
+  // thread-safe, so they run on the HTTP thread without the engine.
+  http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      res.set_content(dump_json(tokenize_json(parse_tokenize_request(req.body), engine.tokenizer())),
+                      "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
+  http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+    try {
+      const std::vector<int32_t> tokens = parse_detokenize_request(req.body, engine.tokenizer());
+      res.set_content(dump_json(detokenize_json(tokens, engine.tokenizer())), "application/json");
+    } catch (const ApiError& e) {
+      send_error(res, e);
+    }
+  });
   // The chat page: "/" and the files beside it.
   http.Get(R"(/([A-Za-z0-9_.\-]*))", [](const httplib::Request& req, httplib::Response& res) {
     const WebAsset* asset = find_web_asset(req.path);
@@ -272,8 +334,7 @@ bool Server::Impl::allowed_by_policy(const httplib::Request& req, httplib::Respo
 }
 
 bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
-  // The API is guarded; the page, /health and /metrics stay open (as llama.cpp's are).
-  if (options.api_key.empty() || req.path.rfind("/v1/", 0) != 0) return true;
+  if (options.api_key.empty() || !needs_api_key(req.path)) return true;
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   if (header.empty()) {
@@ -340,12 +401,8 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     return;
   } catch (const EngineError& e) {
     // The engine names request fields as /v1/completions does; chat's prompt is its messages.
-    std::string param = e.param == "prompt" && endpoint == Endpoint::kChatCompletions ? "messages" : e.param;
-    // A full queue is OpenAI's rate-limit shape: type "requests", code "rate_limit_exceeded".
-    ApiError api = e.status == 429 ? ApiError(429, e.what(), param, "rate_limit_exceeded", "requests")
-                                   : ApiError(e.status, e.what(), param, e.code);
-    if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
-    send_error(res, api);
+    send_engine_error(res, e, e.param == "prompt" && endpoint == Endpoint::kChatCompletions ? "messages" : e.param,
+                      options.retry_after_seconds);
     return;
   } catch (const Error& e) {
     send_error(res, ApiError(400, e.what()));
@@ -443,6 +500,100 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
   if (event.finished && !write(sse_event(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage))))
     return false;
   return true;
+}
+
+std::shared_ptr<EmbeddingExchange> Server::Impl::submit_embeddings(EmbeddingsRequest request) {
+  check_model(request.model);
+  const ModelConfig& config = engine.model().config();
+  if (config.pooling != Pooling::kMean && config.pooling != Pooling::kCls && config.pooling != Pooling::kLast)
+    throw ApiError(400, str_cat("This model's pooling type is '", pooling_name(config.pooling),
+                                "', which gives no single vector per input; /v1/embeddings needs mean, cls or last."),
+                   "", "pooling_not_supported");
+  PromptLimits limits{.n_ctx = engine.limits().max_request_tokens, .max_prompt_tokens = options.max_prompt_tokens};
+  std::vector<std::vector<int32_t>> prompts = embedding_prompts(request, engine.tokenizer(), config.n_embd, limits);
+  // All inputs are queued at once (computed together, all or none), so no more than the
+  // engine's queue takes.
+  if (static_cast<int64_t>(prompts.size()) > engine.limits().max_queue)
+    throw ApiError(400, str_cat("'input' has ", prompts.size(), " items; this server queues at most ",
+                                engine.limits().max_queue, " at once (--max-queue). Send fewer per request."),
+                   "input", "too_many_inputs");
+
+  auto ex = std::make_shared<EmbeddingExchange>();
+  std::vector<RequestParams> params(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    auto pool = std::make_shared<EmbeddingPool>(config.pooling, config.n_embd, static_cast<int32_t>(prompts[i].size()));
+    params[i].prompt = std::move(prompts[i]);
+    params[i].hidden = [pool](int32_t position, std::span<const float> hidden) { pool->add(position, hidden); };
+    ex->prompt_tokens += static_cast<int64_t>(params[i].prompt.size());
+    ex->pools.push_back(std::move(pool));
+  }
+  ex->request = std::move(request);
+  ex->streams = engine.submit(std::move(params));
+  ex->finished.assign(ex->streams.size(), false);
+  return ex;
+}
+
+void Server::Impl::handle_embeddings(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<EmbeddingExchange> ex;
+  try {
+    ex = submit_embeddings(parse_embeddings_request(req.body));
+  } catch (const ApiError& e) {
+    send_error(res, e);
+    return;
+  } catch (const EngineError& e) {
+    send_engine_error(res, e, e.param == "prompt" ? "input" : e.param, options.retry_after_seconds);
+    return;
+  } catch (const Error& e) {
+    send_error(res, ApiError(400, e.what()));
+    return;
+  }
+  // A chunked provider, as for completions: where a client that went away is noticed and
+  // its inputs cancelled.
+  res.set_chunked_content_provider(
+      "application/json",
+      [this, ex](size_t, httplib::DataSink& sink) {
+        bool ok = false;
+        try {
+          ok = relay_embeddings(*ex, sink);
+        } catch (const std::exception& e) {
+          const std::string body = dump_json(error_json(ApiError(500, str_cat("Internal server error: ", e.what()))));
+          ok = sink.write(body.data(), body.size());
+        }
+        ex->cancel_unfinished();
+        if (ok) sink.done();
+        return ok;
+      },
+      [ex](bool) { ex->cancel_unfinished(); });
+}
+
+bool Server::Impl::relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const {
+  auto write = [&](const std::string& s) { return sink.write(s.data(), s.size()); };
+  for (size_t i = 0; i < ex.streams.size(); ++i) {
+    while (!ex.finished[i]) {
+      StreamEvent event;
+      bool timed_out = false;
+      if (!ex.streams[i]->next_for(event, kDisconnectPoll, timed_out)) {
+        if (!timed_out) ex.finished[i] = true;  // ended without a final event we saw
+        if (!sink.is_writable()) return false;
+        continue;
+      }
+      if (!event.finished) continue;
+      ex.finished[i] = true;
+      if (event.finish_reason != FinishReason::kLength) {
+        // The status is out already: the error goes in the body, as for completions.
+        ex.cancel_unfinished();
+        ex.finished.assign(ex.finished.size(), true);
+        const std::string message = event.finish_reason == FinishReason::kError
+                                        ? str_cat("The engine failed while embedding input ", i, ": ", event.error)
+                                        : std::string("The request was cancelled because the server is shutting down.");
+        return write(dump_json(error_json(ApiError(500, message))));
+      }
+    }
+  }
+  std::vector<std::vector<float>> vectors;
+  vectors.reserve(ex.pools.size());
+  for (const std::shared_ptr<EmbeddingPool>& pool : ex.pools) vectors.push_back(pool->result());
+  return write(dump_json(embeddings_json(ex.request, options.model_name, vectors, ex.prompt_tokens)));
 }
 
 }  // namespace ridge::server

@@ -6,90 +6,12 @@
 #include <limits>
 
 #include "server/api_error.h"
+#include "server/json_fields.h"
 
 namespace ridge::server {
 namespace {
 
 using nlohmann::json;
-
-const char* type_name(const json& v) {
-  switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "an array";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number";
-    default: return "an integer";
-  }
-}
-
-[[noreturn]] void wrong_type(const std::string& field, const char* expected, const json& got) {
-  throw ApiError(400, str_cat("Invalid type for '", field, "': expected ", expected, ", but got ", type_name(got),
-                              " instead."),
-                 field, "invalid_type");
-}
-
-[[noreturn]] void out_of_range(const std::string& field, const std::string& expected, double got) {
-  throw ApiError(400, str_cat("Invalid '", field, "': expected ", expected, ", but got ", got, " instead."), field,
-                 "invalid_value");
-}
-
-[[noreturn]] void unsupported(const std::string& field, const std::string& why) {
-  throw ApiError(400, str_cat("Unsupported parameter '", field, "': ", why), field, "unsupported_parameter");
-}
-
-// A field that is present and not null (OpenAI's clients send null for "not given").
-const json* field(const json& body, const char* name) {
-  auto it = body.find(name);
-  return it == body.end() || it->is_null() ? nullptr : &*it;
-}
-
-double get_number(const json& v, const std::string& name, double lo, double hi) {
-  if (!v.is_number()) wrong_type(name, "a number", v);
-  double x = v.get<double>();
-  if (!std::isfinite(x) || x < lo || x > hi) out_of_range(name, str_cat("a value in [", lo, ", ", hi, "]"), x);
-  return x;
-}
-
-int64_t get_integer(const json& v, const std::string& name, int64_t lo, int64_t hi) {
-  // 3.0 is accepted as 3 (JavaScript clients cannot tell them apart); 3.5 is not.
-  bool integral = v.is_number_integer() || (v.is_number_float() && std::isfinite(v.get<double>()) &&
-                                           std::floor(v.get<double>()) == v.get<double>());
-  if (!integral) wrong_type(name, "an integer", v);
-  double x = v.get<double>();
-  if (x < static_cast<double>(lo) || x > static_cast<double>(hi)) {
-    if (x < static_cast<double>(lo))
-      throw ApiError(400, str_cat("Invalid '", name, "': integer below minimum value. Expected a value >= ", lo,
-                                  ", but got ", v.dump(), " instead."),
-                     name, "integer_below_min_value");
-    throw ApiError(400, str_cat("Invalid '", name, "': integer above maximum value. Expected a value <= ", hi,
-                                ", but got ", v.dump(), " instead."),
-                   name, "integer_above_max_value");
-  }
-  return v.is_number_unsigned() ? static_cast<int64_t>(v.get<uint64_t>()) : v.get<int64_t>();
-}
-
-bool get_bool(const json& v, const std::string& name) {
-  if (!v.is_boolean()) wrong_type(name, "a boolean", v);
-  return v.get<bool>();
-}
-
-std::string get_string(const json& v, const std::string& name) {
-  if (!v.is_string()) wrong_type(name, "a string", v);
-  return v.get<std::string>();
-}
-
-std::vector<int32_t> get_token_ids(const json& v, const std::string& name) {
-  std::vector<int32_t> ids;
-  ids.reserve(v.size());
-  for (size_t i = 0; i < v.size(); ++i)
-    ids.push_back(static_cast<int32_t>(
-        get_integer(v[i], str_cat(name, "[", i, "]"), 0, std::numeric_limits<int32_t>::max())));
-  return ids;
-}
-
-bool is_token_array(const json& v) { return v.is_array() && !v.empty() && v[0].is_number(); }
 
 void parse_prompt(const json& body, ApiRequest& r) {
   const json* p = field(body, "prompt");
@@ -250,21 +172,7 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
 }  // namespace
 
 ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
-  json body;
-  std::string last_key;
-  try {
-    // The last key read names the field when a number overflows a double (1e400).
-    body = json::parse(body_text, [&last_key](int, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
-      return true;
-    });
-  } catch (const json::parse_error& e) {
-    throw ApiError(400, str_cat("We could not parse the JSON body of your request: ", e.what()), "", "invalid_json");
-  } catch (const json::exception& e) {
-    throw ApiError(400, str_cat("Invalid '", last_key, "': the number is out of range (", e.what(), ")."), last_key,
-                   "invalid_value");
-  }
-  if (!body.is_object()) wrong_type("body", "a JSON object", body);
+  const json body = parse_json_body(body_text);
 
   ApiRequest r;
   r.endpoint = endpoint;

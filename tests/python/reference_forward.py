@@ -9,6 +9,7 @@ greedy continuations equal. It shares no code with ridge.
     import reference_forward as ref
     model = ref.load("stories260K.gguf")
     logits = model.forward([1, 403, 407])        # [3, n_vocab] float64, causal prefill
+    states = model.hidden([1, 403, 407])         # [3, n_embd] after the output norm
     tokens = ref.greedy(model, [1, 403, 407], 8)  # 8 greedy tokens after the prompt
 
 Conventions follow llama.cpp where an architecture leaves a choice open:
@@ -647,6 +648,26 @@ class Model:
         of the new tokens get logits (default all; "last" for the final one only).
         """
         hp = self.hparams
+        x = self._residual(tokens, cache)
+        if rows is None:
+            sel = x
+        elif isinstance(rows, str) and rows == "last":
+            sel = x[-1:]
+        else:
+            sel = x[np.asarray(rows, dtype=np.int64)]
+        logits = _matmul(_rms_norm(sel, self.output_norm, hp.rms_eps), self.output)
+        if hp.final_softcap > 0:
+            logits = hp.final_softcap * np.tanh(logits / hp.final_softcap)
+        return logits
+
+    def hidden(self, tokens, cache: KvCache | None = None) -> np.ndarray:
+        """Final hidden states [n_tokens, n_embd] float64 of `tokens` appended after the
+        cache: after the output norm, before the output projection (what embeddings pool)."""
+        return _rms_norm(self._residual(tokens, cache), self.output_norm, self.hparams.rms_eps)
+
+    def _residual(self, tokens, cache: KvCache | None) -> np.ndarray:
+        """The residual stream after the last layer, [n_tokens, n_embd]."""
+        hp = self.hparams
         tokens = np.asarray(tokens, dtype=np.int64).reshape(-1)
         if tokens.size == 0:
             raise ReferenceModelError("forward needs at least one token")
@@ -665,17 +686,7 @@ class Model:
                 f = _rms_norm(f, L.post_ffn_norm, hp.rms_eps)
             x = x + f
         cache.n_past += tokens.size
-
-        if rows is None:
-            sel = x
-        elif isinstance(rows, str) and rows == "last":
-            sel = x[-1:]
-        else:
-            sel = x[np.asarray(rows, dtype=np.int64)]
-        logits = _matmul(_rms_norm(sel, self.output_norm, hp.rms_eps), self.output)
-        if hp.final_softcap > 0:
-            logits = hp.final_softcap * np.tanh(logits / hp.final_softcap)
-        return logits
+        return x
 
     # --- vocabulary helpers (for sanity checks, not a tokenizer) -----------------------
 

@@ -376,7 +376,7 @@ def test_oversized_body_is_413(stories):
 
 
 def test_unknown_path_is_404_and_openai_client_raises(stories):
-    status, err = error_of(stories, {}, "/v1/embeddings")
+    status, err = error_of(stories, {}, "/v1/audio/speech")  # not served
     assert status == 404
     openai = pytest.importorskip("openai")
     with pytest.raises(openai.BadRequestError) as e:
