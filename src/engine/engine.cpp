@@ -69,7 +69,9 @@ Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max
       }()) {
   n_prompt = static_cast<int32_t>(p.prompt.size());
   tokens = std::move(p.prompt);
-  reuse_prefix = !hidden;  // an embedding needs every position's state
+  // An embedding needs every position's state and a scoring request every scored
+  // position's logits: cached blocks would skip them.
+  reuse_prefix = !hidden && !score;
   // Room for every token it may hold, drafts included: no reallocation while running.
   tokens.reserve(static_cast<size_t>(n_prompt + max_tokens + draft_max));
   drafts.reserve(static_cast<size_t>(draft_max));

@@ -468,6 +468,27 @@ TEST(Engine, StopCancelsRunningRequests) {
   EXPECT_EQ(rest.reason, FinishReason::kCancelled);
 }
 
+// A scoring request (ridge perplexity's) gets the logits of every position it scores even
+// when the prefix cache holds its prompt: cached blocks are not used for it.
+TEST(Engine, ScoringIgnoresThePrefixCache) {
+  std::string story;
+  for (int r = 0; r < 6; ++r) story += " Lily and Ben went to the park. They played all day.";
+  EngineOptions o = options(2, 64);
+  o.prefix_cache = true;
+  Engine engine(*stories().model, *stories().tokenizer, o);
+  engine.start();
+  RequestParams warm = greedy(story, 1);
+  const size_t n_prompt = warm.prompt.size();
+  collect(*engine.submit(warm));  // fills the prefix cache with the story's blocks
+  RequestParams scoring = greedy(story, 1);
+  scoring.score_from = 0;
+  std::vector<int32_t> scored;
+  scoring.score = [&](int32_t position, std::span<const float>) { scored.push_back(position); };
+  EXPECT_EQ(collect(*engine.submit(scoring)).error, "");
+  ASSERT_EQ(scored.size(), n_prompt - 1);
+  for (size_t i = 0; i < scored.size(); ++i) EXPECT_EQ(scored[i], static_cast<int32_t>(i));
+}
+
 TEST(Engine, RejectsOptionsItCannotServe) {
   EngineOptions o = options(4, 256);  // the model was loaded for batches of 128
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
