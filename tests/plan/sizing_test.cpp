@@ -154,7 +154,10 @@ TEST(Sizing, RejectsBadArguments) {
   EXPECT_THROW(compute_size(m, deployment(nullptr, -5, "bf16", "fp16")), Error);
   EXPECT_THROW(compute_size(m, deployment(nullptr, 10, "file", "fp16")), Error);  // a preset has no file
   EXPECT_THROW(parse_weight_format("int3"), Error);
-  EXPECT_THROW(parse_kv_format("q4_0"), Error);
+  EXPECT_THROW(parse_kv_format("q4_K"), Error);
+  // ridge's quantized caches count their blocks' f16 scales: 34 and 18 bytes per 32 values.
+  EXPECT_DOUBLE_EQ(parse_kv_format("q8_0").bytes_per_value, 34.0 / 32.0);
+  EXPECT_DOUBLE_EQ(parse_kv_format("q4_0").bytes_per_value, 18.0 / 32.0);
 }
 
 // A real GGUF: hyper-parameters from metadata, weights counted from the tensor table.
