@@ -92,7 +92,8 @@ template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
                int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
 
-// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2).
+// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2;
+// kAvx512 needs cpu_has_avx512f() too, and runs the AVX2 loops for bf16/Q8_0/Q4_0).
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
@@ -151,6 +152,55 @@ void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep
                                  int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
                                int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+
+// One step of tiled attention (attention_tile*.cpp): up to 16 consecutive keys of one
+// cache block (lane l is the key at k + l * row_stride) against a tile of query rows, the
+// heads [r0, r0 + n_heads) of a GQA group for n_tokens consecutive tokens (row i * n_heads
+// + r), carrying each row's online softmax. Token i sees lanes [token_lane_begin[i],
+// token_lane_end[i]) (empty: its rows are untouched); only lanes [lane_begin, lane_end),
+// the union, are read. Per row that sees a lane, the arithmetic is fixed (the scalar step
+// defines it and the SIMD steps give its bits):
+//   s[l] = fma chain over d = 0.. of q[d] * k[l][d], from 0, times scale
+//   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
+//   new_max = max(max, max_l s[l]); if it grew from a finite max: sum, acc *= e(max - new_max)
+//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum += sum16(p)
+//   acc[d] = fma(p[l], v[l][d], acc[d]) for l = lane_begin .. lane_end - 1 in order
+// where e is attention_exp_poly and sum16 adds p[i] + p[i + 8], then those i and i + 4,
+// then (0 + 2) + (1 + 3). Neither the other rows nor the other lanes change a row's bits,
+// so a token's output does not depend on the tile it is in.
+template <class T>
+struct AttentionTileStep {
+  const float* qt = nullptr;  // [d_head][n_tokens * n_heads]: the rows' queries, transposed
+  const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
+  int64_t q_token_stride = 0;
+  int64_t n_tokens = 0, n_heads = 0, d_head = 0;
+  const T* k = nullptr;  // lane l's K row at k + l * row_stride (units of T)
+  const T* v = nullptr;  // likewise V
+  int64_t row_stride = 0;
+  int lane_begin = 0, lane_end = 0;
+  const int* token_lane_begin = nullptr;  // [n_tokens]
+  const int* token_lane_end = nullptr;    // [n_tokens]
+  float scale = 1.0f, softcap = 0.0f;
+  float* acc = nullptr;   // [n_tokens * n_heads][d_head]
+  float* max = nullptr;   // [n_tokens * n_heads]
+  float* sum = nullptr;   // [n_tokens * n_heads]
+  float* work = nullptr;  // attention_tile_work_floats(n_tokens * n_heads, d_head)
+};
+
+size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head);
+
+// The exp of the softmax (x <= 0 here): the Cephes-style polynomial every attention path
+// shares (avx2_math.h's exp256 lane for lane), so scalar and SIMD steps agree bit for bit.
+float attention_exp_poly(float x);
+
+// The step over f32 and f16 caches: scalar (the definition), AVX2+FMA+F16C, and AVX-512F
+// (attention_tile_avx512.cpp; call only when cpu_has_avx512f()). All give the same bits.
+void attention_tile_step_scalar(const AttentionTileStep<float>& step);
+void attention_tile_step_scalar(const AttentionTileStep<uint16_t>& step);
+void attention_tile_step_avx2(const AttentionTileStep<float>& step);
+void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step);
+void attention_tile_step_avx512(const AttentionTileStep<float>& step);
+void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
 
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the
