@@ -41,6 +41,8 @@ struct Partial {
 };
 
 int64_t max_rows(const Shape& s) { return kMaxTileTokens * s.n_rep; }
+// Rows of a tile's transposed queries, padded to whole vectors.
+int64_t qt_stride(int64_t n_rows) { return (n_rows + 15) / 16 * 16; }
 size_t partial_floats(int64_t rows, const Shape& s) { return static_cast<size_t>(rows * (s.d_head + 2)); }
 
 Partial partial_at(float* base, int64_t rows, const Shape& s) {
@@ -72,7 +74,7 @@ TileScratch carve(float* base, const Shape& s) {
   it.total = partial_at(base, rows, s);
   it.chunk = partial_at(base + partial_floats(rows, s), rows, s);
   it.qt = base + 2 * partial_floats(rows, s);
-  it.work = it.qt + rows * s.d_head;
+  it.work = it.qt + qt_stride(rows) * s.d_head;
   return it;
 }
 
@@ -181,13 +183,14 @@ const float* query_of(const ItemRef& item, int64_t i, const Shape& s) {
   return item.seq->q + ((item.t + i) * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
 }
 
-// qt[d][i * n_heads + r] = the query of head r of token i.
+// qt[d][i * n_heads + r] = the query of head r of token i; zero past the rows.
 void transpose_queries(const ItemRef& item, const Shape& s, float* qt) {
-  const int64_t n_rows = item.n_t * item.n_heads;
+  const int64_t n_rows = item.n_t * item.n_heads, stride = qt_stride(n_rows);
+  std::fill(qt, qt + s.d_head * stride, 0.0f);
   for (int64_t i = 0; i < item.n_t; ++i) {
     const float* q = query_of(item, i, s);
     for (int64_t r = 0; r < item.n_heads; ++r)
-      for (int64_t d = 0; d < s.d_head; ++d) qt[d * n_rows + i * item.n_heads + r] = q[r * s.d_head + d];
+      for (int64_t d = 0; d < s.d_head; ++d) qt[d * stride + i * item.n_heads + r] = q[r * s.d_head + d];
   }
 }
 
@@ -207,6 +210,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   int lane_begin[kMaxTileTokens], lane_end[kMaxTileTokens];
   AttentionTileStep<T> st;
   st.qt = qt;
+  st.qt_stride = qt_stride(n_t * item.n_heads);
   st.q = query_of(item, 0, s);
   st.q_token_stride = s.n_head * s.d_head;
   st.n_tokens = n_t;
@@ -326,7 +330,8 @@ size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_hea
   const int64_t n_rep = n_kv_head > 0 ? n_head / n_kv_head : n_head;
   // A tile's totals and chunk partials, its transposed queries, and the step's work.
   const int64_t rows = kMaxTileTokens * n_rep;
-  return static_cast<size_t>(rows * (2 * (d_head + 2) + d_head)) + attention_tile_work_floats(rows, d_head);
+  return static_cast<size_t>(rows * 2 * (d_head + 2) + (rows + 15) / 16 * 16 * d_head) +
+         attention_tile_work_floats(rows, d_head);
 }
 
 template <class T>

@@ -170,7 +170,8 @@ void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, 
 // so a token's output does not depend on the tile it is in.
 template <class T>
 struct AttentionTileStep {
-  const float* qt = nullptr;  // [d_head][n_tokens * n_heads]: the rows' queries, transposed
+  const float* qt = nullptr;  // [d_head][qt_stride]: the rows' queries, transposed, zero past the rows
+  int64_t qt_stride = 0;      // n_tokens * n_heads rounded up to a multiple of 16
   const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
   int64_t q_token_stride = 0;
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;

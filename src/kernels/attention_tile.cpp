@@ -72,7 +72,10 @@ void step_scalar(const AttentionTileStep<T>& st) {
 }  // namespace
 
 size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head) {
-  return static_cast<size_t>(((d_head + 15) / 16 * 16 + n_rows) * kKeys);
+  // K^T [d_head rounded to 16][16], V rows [16][d_head], scores [16][rows rounded to 16],
+  // and max, sum, correction and lane bits per row.
+  const int64_t rows = (n_rows + 15) / 16 * 16;
+  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 4 * rows);
 }
 
 // avx2_math.h exp256, one lane: the same operations in the same order.

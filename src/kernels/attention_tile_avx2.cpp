@@ -1,4 +1,4 @@
-// The tiled attention step with AVX2+FMA+F16C: 16 keys as two 8-lane vectors
+// The tiled attention step with AVX2+FMA+F16C: 8 query rows in a vector
 // (attention_tile_simd.h). Reached only after best_isa() has checked the CPU.
 #include <immintrin.h>
 
@@ -42,8 +42,10 @@ inline void transpose8(__m256 r[8]) {
 struct Avx2 {
   using F = __m256;
   static constexpr int kWidth = 8;
-  static constexpr int kScoreRows = 6;  // 12 accumulators + 2 key vectors
-  static constexpr int kPvRows = 3;     // up to 12 accumulators
+  static constexpr int kQkRowVecs = 2;  // 2 x 4 score accumulators of 8 rows
+  static constexpr int kQkKeys = 4;
+  static constexpr int kPvRows = 3;     // up to 12 output accumulators
+  static constexpr int kScoreRows = 6;  // keys in lanes (few rows): 12 accumulators + 2 key vectors
 
   static F zero() { return _mm256_setzero_ps(); }
   static F load(const float* p) { return _mm256_loadu_ps(p); }
@@ -57,7 +59,11 @@ struct Avx2 {
   static F sub(F a, F b) { return _mm256_sub_ps(a, b); }
   static F exp(F x) { return exp256(x); }
 
-  // Lanes part * 8 + i in [lane_begin, lane_end) from a, the others from b.
+  static F add(F a, F b) { return _mm256_add_ps(a, b); }
+  static F max(F a, F b) { return _mm256_max_ps(a, b); }
+
+  // Keys in lanes: lanes part * 8 + i in [lane_begin, lane_end) from a, the others from
+  // b; the max and the sum (hsum of the two halves' sum) of the 16 lanes.
   static F select(int lane_begin, int lane_end, int part, F a, F b) {
     const __m256i lane = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(part * 8));
     const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lane_begin), lane),
@@ -72,6 +78,16 @@ struct Avx2 {
     return _mm_cvtss_f32(h);
   }
   static float sum16(const F s[2]) { return hsum(_mm256_add_ps(s[0], s[1])); }
+
+  // The rows (lanes) whose bits row_bits[lane] include key l, as all-ones lanes.
+  using Mask = __m256;
+  static Mask key_mask(const int32_t* row_bits, int l) {
+    const __m256i bit = _mm256_set1_epi32(1 << l);
+    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_bits));
+    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit));
+  }
+  static F blend(Mask m, F a, F b) { return _mm256_blendv_ps(b, a, m); }
+  static F maskz(Mask m, F a) { return _mm256_and_ps(m, a); }
 
   // kt[d][l] = k[l][d] for lanes in [lane_begin, lane_end), 0 for the others.
   template <class T>

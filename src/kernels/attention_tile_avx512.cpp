@@ -1,5 +1,5 @@
-// The tiled attention step with AVX-512F: 16 keys in one vector (attention_tile_simd.h),
-// 32 registers for the score and P * V blocks. attention() reaches it only after
+// The tiled attention step with AVX-512F: 16 query rows in one vector
+// (attention_tile_simd.h), 32 registers for the score and P * V blocks. attention() reaches it only after
 // cpu_has_avx512f(); its bits are the scalar and AVX2 steps'.
 #include <immintrin.h>
 
@@ -70,8 +70,10 @@ inline __m512 exp512(__m512 x) {
 struct Avx512 {
   using F = __m512;
   static constexpr int kWidth = 16;
-  static constexpr int kScoreRows = 12;  // 12 accumulators: enough FMAs in flight
-  static constexpr int kPvRows = 6;      // up to 24 accumulators + 4 V vectors
+  static constexpr int kQkRowVecs = 3;  // 3 x 8 score accumulators of 16 rows
+  static constexpr int kQkKeys = 8;
+  static constexpr int kPvRows = 6;     // up to 24 output accumulators + 4 V vectors
+  static constexpr int kScoreRows = 8;  // keys in lanes (few rows): 8 accumulators
 
   static F zero() { return _mm512_setzero_ps(); }
   static F load(const float* p) { return _mm512_loadu_ps(p); }
@@ -85,6 +87,11 @@ struct Avx512 {
   static F sub(F a, F b) { return _mm512_sub_ps(a, b); }
   static F exp(F x) { return exp512(x); }
 
+  static F add(F a, F b) { return _mm512_add_ps(a, b); }
+  static F max(F a, F b) { return _mm512_max_ps(a, b); }
+
+  // Keys in lanes: lanes in [lane_begin, lane_end) from a, the others from b; the max and
+  // the sum (avx2_math.h hsum of the two halves' sum) of the 16 lanes.
   static F select(int lane_begin, int lane_end, int /*part*/, F a, F b) {
     const auto in = static_cast<__mmask16>(((1u << lane_end) - 1) & ~((1u << lane_begin) - 1));
     return _mm512_mask_blend_ps(in, b, a);
@@ -95,6 +102,14 @@ struct Avx512 {
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1));
     return hsum(_mm256_add_ps(lo, hi));
   }
+
+  // The rows (lanes) whose bits row_bits[lane] include key l.
+  using Mask = __mmask16;
+  static Mask key_mask(const int32_t* row_bits, int l) {
+    return _mm512_test_epi32_mask(_mm512_loadu_si512(row_bits), _mm512_set1_epi32(1 << l));
+  }
+  static F blend(Mask m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
+  static F maskz(Mask m, F a) { return _mm512_maskz_mov_ps(m, a); }
 
   template <class T>
   static void pack_kt(const T* k, int64_t row_stride, int lane_begin, int lane_end, int64_t d_head, float* kt) {

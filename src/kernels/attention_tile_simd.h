@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "kernels/attention.h"
 
@@ -25,28 +26,211 @@ namespace {
 
 constexpr int kKeys = 16;  // keys per step: lanes of one packed K^T row
 
-// The 16 scores of one query row as kKeys / kWidth vectors.
-template <class V>
-struct KeyVec {
-  typename V::F v[kKeys / V::kWidth];
-};
+inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
+// exp of one float through the vector polynomial (lane 0): the scalar step's bits.
 template <class V>
-inline KeyVec<V> load_keys(const float* p) {
-  KeyVec<V> k;
-  for (int i = 0; i < kKeys / V::kWidth; ++i) k.v[i] = V::load(p + i * V::kWidth);
-  return k;
+inline float exp1(float x) {
+  alignas(64) float out[V::kWidth];
+  V::store(out, V::exp(V::set1(x)));
+  return out[0];
 }
 
-template <class V>
-inline void store_keys(float* p, const KeyVec<V>& k) {
-  for (int i = 0; i < kKeys / V::kWidth; ++i) V::store(p + i * V::kWidth, k.v[i]);
+// Scores of NRV row vectors (kWidth rows each) against keys [l0, l0 + kQkKeys):
+// s[l][r] = fma chain over d of qt[d][r] * kt[d][l], times scale. Each packed K element is
+// broadcast once for NRV * kWidth rows.
+template <class V, int NRV>
+void score_block(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* s,
+                 int64_t s_stride) {
+  constexpr int kK = V::kQkKeys;
+  typename V::F acc[NRV][kK];
+  for (int i = 0; i < NRV; ++i)
+    for (int l = 0; l < kK; ++l) acc[i][l] = V::zero();
+  for (int64_t d = 0; d < d_head; ++d) {
+    typename V::F q[NRV];
+    for (int i = 0; i < NRV; ++i) q[i] = V::load(qt + d * qt_stride + i * V::kWidth);
+    for (int l = 0; l < kK; ++l) {
+      const typename V::F k = V::set1(kt[d * kKeys + l]);
+      for (int i = 0; i < NRV; ++i) acc[i][l] = V::fmadd(q[i], k, acc[i][l]);
+    }
+  }
+  const typename V::F sc = V::set1(scale);
+  for (int l = 0; l < kK; ++l)
+    for (int i = 0; i < NRV; ++i) V::store(s + l * s_stride + i * V::kWidth, V::mul(acc[i][l], sc));
 }
 
-// Scores of NR consecutive rows: acc[r][lane] = fma chain over d of qt[d][r] * kt[d][lane],
-// then times scale, stored to p[r][16].
+template <class V, int NRV>
+void score_block_upto(int nrv, const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale,
+                      float* s, int64_t s_stride) {
+  if constexpr (NRV > 1) {
+    if (nrv < NRV) return score_block_upto<V, NRV - 1>(nrv, qt, qt_stride, kt, d_head, scale, s, s_stride);
+  }
+  score_block<V, NRV>(qt, qt_stride, kt, d_head, scale, s, s_stride);
+}
+
+// acc[r][d0 .. d0 + NV * kWidth) = acc * correction[r], then += p(r, l) * v[l][...] for
+// lanes l in [lane_begin, lane_end) in order, one fma per element per key; p(r, l) is at
+// p[r * p_row + l * p_key].
+template <class V, int NR, int NV, class T>
+void accumulate_rows(const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
+                     int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  typename V::F a[NR][NV];
+  for (int r = 0; r < NR; ++r) {
+    const typename V::F c = V::set1(correction[r]);
+    for (int j = 0; j < NV; ++j) a[r][j] = V::mul(V::load(acc + r * d_head + j * V::kWidth), c);
+  }
+  for (int l = lane_begin; l < lane_end; ++l) {
+    typename V::F x[NV];
+    for (int j = 0; j < NV; ++j) x[j] = V::load(v + l * v_stride + j * V::kWidth);
+    for (int r = 0; r < NR; ++r) {
+      const typename V::F w = V::set1(p[r * p_row + l * p_key]);
+      for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(w, x[j], a[r][j]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NV; ++j) V::store(acc + r * d_head + j * V::kWidth, a[r][j]);
+}
+
+template <class V, int NR, class T>
+void accumulate_rows_nv(int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
+                        int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  switch (nv) {
+    case 4: return accumulate_rows<V, NR, 4>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
+    case 3: return accumulate_rows<V, NR, 3>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
+    case 2: return accumulate_rows<V, NR, 2>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
+    default: return accumulate_rows<V, NR, 1>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
+  }
+}
+
+template <class V, int NR, class T>
+void accumulate_rows_upto(int nr, int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction,
+                          const T* v, int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  if constexpr (NR > 1) {
+    if (nr < NR)
+      return accumulate_rows_upto<V, NR - 1>(nr, nv, p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end,
+                                             acc, d_head);
+  }
+  accumulate_rows_nv<V, NR>(nv, p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
+}
+
+// P * V for all rows, each row's rescale folded into the load of its accumulators:
+// kPvRows rows by up to 4 vectors of output at a time; the tail of d_head one element at
+// a time, in the same order.
+template <class V, class T>
+void accumulate_all(int64_t n_rows, const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
+                    int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  const int64_t d_vec = d_head / V::kWidth * V::kWidth;
+  for (int64_t d0 = 0; d0 < d_vec; d0 += 4 * V::kWidth) {
+    const int nv = static_cast<int>(std::min<int64_t>(4, (d_vec - d0) / V::kWidth));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kPvRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(V::kPvRows, n_rows - r0));
+      accumulate_rows_upto<V, V::kPvRows>(nr, nv, p + r0 * p_row, p_row, p_key, correction + r0, v + d0, v_stride,
+                                          lane_begin, lane_end, acc + r0 * d_head + d0, d_head);
+    }
+  }
+  for (int64_t row = 0; row < n_rows && d_vec < d_head; ++row) {
+    float* a = acc + row * d_head;
+    for (int64_t d = d_vec; d < d_head; ++d) a[d] *= correction[row];
+    for (int l = lane_begin; l < lane_end; ++l)
+      for (int64_t d = d_vec; d < d_head; ++d) a[d] = std::fma(p[row * p_row + l * p_key], V::load1(v + l * v_stride + d), a[d]);
+  }
+}
+
+// The online softmax of kWidth rows (lanes) over the step's keys, s[l][row] -> p in
+// place: new max, correction = e(old max - new max) (exactly 1 when the max did not grow;
+// it multiplies zeros while a row is still empty), sum = sum * correction + sum16(p).
+template <class V>
+void softmax_rows(float* s, int64_t s_stride, const int32_t* row_bits, int lane_begin, int lane_end, float* max,
+                  float* sum, float* correction) {
+  using F = typename V::F;
+  const F minus_inf = V::set1(-INFINITY);
+  F block_max = minus_inf;
+  for (int l = lane_begin; l < lane_end; ++l) {
+    F x = V::blend(V::key_mask(row_bits, l), V::load(s + l * s_stride), minus_inf);
+    V::store(s + l * s_stride, x);
+    block_max = V::max(block_max, x);
+  }
+  const F old_max = V::load(max), new_max = V::max(old_max, block_max);
+  const F c = V::exp(V::sub(old_max, new_max));
+  auto p_at = [&](int l) {
+    if (l < lane_begin || l >= lane_end) return V::zero();
+    const F p = V::maskz(V::key_mask(row_bits, l), V::exp(V::sub(V::load(s + l * s_stride), new_max)));
+    V::store(s + l * s_stride, p);
+    return p;
+  };
+  F w[8];
+  for (int i = 0; i < 8; ++i) w[i] = V::add(p_at(i), p_at(i + 8));
+  const F x0 = V::add(w[0], w[4]), x1 = V::add(w[1], w[5]), x2 = V::add(w[2], w[6]), x3 = V::add(w[3], w[7]);
+  const F total = V::add(V::add(x0, x2), V::add(x1, x3));
+  V::store(sum, V::add(V::mul(V::load(sum), c), total));
+  V::store(max, new_max);
+  V::store(correction, c);
+}
+
+// Many rows (a tile of tokens): rows in vector lanes. Scores are a GEMM whose every packed
+// K element is broadcast for kQkRowVecs vectors of rows, and the softmax runs down the
+// keys for a vector of rows at a time, with no horizontal reductions.
+template <class V, class T>
+void step_rows_in_lanes(const AttentionTileStep<T>& st) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  const int64_t rows_pad = round_up16(n_rows), d_pad = round_up16(d_head);
+  float* kt = st.work;                         // [d_pad][16] K^T
+  float* vf = kt + d_pad * kKeys;              // [16][d_head] V rows widened (f16 caches)
+  float* s = vf + kKeys * d_head;              // [16][rows_pad] scores, then p
+  float* max = s + kKeys * rows_pad;           // [rows_pad]
+  float* sum = max + rows_pad;                 // [rows_pad]
+  float* correction = sum + rows_pad;          // [rows_pad]
+  auto* row_bits = reinterpret_cast<int32_t*>(correction + rows_pad);  // [rows_pad] lanes a row sees
+  V::pack_kt(st.k, st.row_stride, st.lane_begin, st.lane_end, d_head, kt);
+  const float* v = vf;
+  int64_t v_stride = d_head;
+  if constexpr (std::is_same_v<T, float>) {
+    v = st.v;
+    v_stride = st.row_stride;
+  } else {
+    const int64_t d_vec = d_head / V::kWidth * V::kWidth;
+    for (int l = st.lane_begin; l < st.lane_end; ++l) {
+      int64_t d = 0;
+      for (; d < d_vec; d += V::kWidth) V::store(vf + l * d_head + d, V::load(st.v + l * st.row_stride + d));
+      for (; d < d_head; ++d) vf[l * d_head + d] = V::load1(st.v + l * st.row_stride + d);
+    }
+  }
+  for (int64_t row = 0; row < rows_pad; ++row) {
+    const bool real = row < n_rows;
+    const int64_t token = row / st.n_heads;
+    const int lb = real ? st.token_lane_begin[token] : 0, le = real ? st.token_lane_end[token] : 0;
+    row_bits[row] = lb < le ? static_cast<int32_t>(((1u << le) - 1) & ~((1u << lb) - 1)) : 0;
+    max[row] = real ? st.max[row] : -INFINITY;
+    sum[row] = real ? st.sum[row] : 0.0f;
+  }
+
+  // Scores s[l][row], kQkRowVecs row vectors by kQkKeys keys at a time.
+  constexpr int64_t kRowBlock = V::kQkRowVecs * V::kWidth;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += kRowBlock) {
+    const int nrv = static_cast<int>(std::min<int64_t>(kRowBlock, rows_pad - r0) / V::kWidth);
+    for (int l0 = st.lane_begin / V::kQkKeys * V::kQkKeys; l0 < st.lane_end; l0 += V::kQkKeys)
+      score_block_upto<V, V::kQkRowVecs>(nrv, st.qt + r0, st.qt_stride, kt + l0, d_head, st.scale,
+                                         s + l0 * rows_pad + r0, rows_pad);
+  }
+  if (st.softcap > 0)
+    for (int64_t row = 0; row < n_rows; ++row)
+      for (int l = 0; l < kKeys; ++l)
+        if (row_bits[row] >> l & 1) s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
+    softmax_rows<V>(s + r0, rows_pad, row_bits + r0, st.lane_begin, st.lane_end, max + r0, sum + r0, correction + r0);
+
+  accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v, v_stride, st.lane_begin, st.lane_end, st.acc, d_head);
+  for (int64_t row = 0; row < n_rows; ++row) {
+    st.max[row] = max[row];
+    st.sum[row] = sum[row];
+  }
+}
+
+
+// Scores of NR rows, keys in lanes: acc[r][lane] = fma chain over d of qt[d][r] *
+// kt[d][lane], times scale, stored to p[r][16].
 template <class V, int NR>
-void score_rows(const float* qt, int64_t n_rows, const float* kt, int64_t d_head, float scale, float* p) {
+void score_rows(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* p) {
   constexpr int kV = kKeys / V::kWidth;
   typename V::F acc[NR][kV];
   for (int r = 0; r < NR; ++r)
@@ -55,138 +239,77 @@ void score_rows(const float* qt, int64_t n_rows, const float* kt, int64_t d_head
     typename V::F k[kV];
     for (int i = 0; i < kV; ++i) k[i] = V::load(kt + d * kKeys + i * V::kWidth);
     for (int r = 0; r < NR; ++r) {
-      const typename V::F q = V::set1(qt[d * n_rows + r]);
+      const typename V::F q = V::set1(qt[d * qt_stride + r]);
       for (int i = 0; i < kV; ++i) acc[r][i] = V::fmadd(q, k[i], acc[r][i]);
     }
   }
-  const typename V::F s = V::set1(scale);
+  const typename V::F sc = V::set1(scale);
   for (int r = 0; r < NR; ++r)
-    for (int i = 0; i < kV; ++i) V::store(p + r * kKeys + i * V::kWidth, V::mul(acc[r][i], s));
+    for (int i = 0; i < kV; ++i) V::store(p + r * kKeys + i * V::kWidth, V::mul(acc[r][i], sc));
 }
 
 template <class V, int NR>
-void score_rows_upto(int nr, const float* qt, int64_t n_rows, const float* kt, int64_t d_head, float scale, float* p) {
+void score_rows_upto(int nr, const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale,
+                     float* p) {
   if constexpr (NR > 1) {
-    if (nr < NR) return score_rows_upto<V, NR - 1>(nr, qt, n_rows, kt, d_head, scale, p);
+    if (nr < NR) return score_rows_upto<V, NR - 1>(nr, qt, qt_stride, kt, d_head, scale, p);
   }
-  score_rows<V, NR>(qt, n_rows, kt, d_head, scale, p);
+  score_rows<V, NR>(qt, qt_stride, kt, d_head, scale, p);
 }
 
-// acc[r][d0 .. d0 + NV * kWidth) += sum over lanes l in [lane_begin, lane_end), in order,
-// of p[r][l] * v[l][...], one fma per element per key.
-template <class V, int NR, int NV, class T>
-void accumulate_rows(const float* p, const T* v, int64_t row_stride, int lane_begin, int lane_end, float* acc,
-                     int64_t d_head) {
-  typename V::F a[NR][NV];
-  for (int r = 0; r < NR; ++r)
-    for (int c = 0; c < NV; ++c) a[r][c] = V::load(acc + r * d_head + c * V::kWidth);
-  for (int l = lane_begin; l < lane_end; ++l) {
-    typename V::F x[NV];
-    for (int c = 0; c < NV; ++c) x[c] = V::load(v + l * row_stride + c * V::kWidth);
-    for (int r = 0; r < NR; ++r) {
-      const typename V::F w = V::set1(p[r * kKeys + l]);
-      for (int c = 0; c < NV; ++c) a[r][c] = V::fmadd(w, x[c], a[r][c]);
-    }
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int c = 0; c < NV; ++c) V::store(acc + r * d_head + c * V::kWidth, a[r][c]);
-}
-
-template <class V, int NR, class T>
-void accumulate_rows_nv(int nv, const float* p, const T* v, int64_t row_stride, int lane_begin, int lane_end,
-                        float* acc, int64_t d_head) {
-  switch (nv) {
-    case 4: return accumulate_rows<V, NR, 4>(p, v, row_stride, lane_begin, lane_end, acc, d_head);
-    case 3: return accumulate_rows<V, NR, 3>(p, v, row_stride, lane_begin, lane_end, acc, d_head);
-    case 2: return accumulate_rows<V, NR, 2>(p, v, row_stride, lane_begin, lane_end, acc, d_head);
-    default: return accumulate_rows<V, NR, 1>(p, v, row_stride, lane_begin, lane_end, acc, d_head);
-  }
-}
-
-template <class V, int NR, class T>
-void accumulate_rows_upto(int nr, int nv, const float* p, const T* v, int64_t row_stride, int lane_begin,
-                          int lane_end, float* acc, int64_t d_head) {
-  if constexpr (NR > 1) {
-    if (nr < NR) return accumulate_rows_upto<V, NR - 1>(nr, nv, p, v, row_stride, lane_begin, lane_end, acc, d_head);
-  }
-  accumulate_rows_nv<V, NR>(nv, p, v, row_stride, lane_begin, lane_end, acc, d_head);
-}
-
-// exp of one float through the vector polynomial (lane 0), so the rescale factor has the
-// bits attention_tile_step_scalar gives it.
-template <class V>
-inline float exp1(float x) {
-  alignas(64) float out[V::kWidth];
-  V::store(out, V::exp(V::set1(x)));
-  return out[0];
-}
-
+// Few rows (decode: one token's heads): keys in vector lanes, so no lane is idle; the
+// softmax reduces across each row's lanes.
 template <class V, class T>
-void tile_step(const AttentionTileStep<T>& st) {
+void step_keys_in_lanes(const AttentionTileStep<T>& st) {
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
-  float* kt = st.work;                                       // [d_head][16]
-  float* p = st.work + (d_head + 15) / 16 * 16 * kKeys;      // [n_rows][16]
+  float* kt = st.work;                              // [d_pad][16] K^T
+  float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][16] scores, then p
+  float* correction = p + n_rows * kKeys;           // [n_rows]
   V::pack_kt(st.k, st.row_stride, st.lane_begin, st.lane_end, d_head, kt);
-
-  // Scores, V::kScoreRows rows at a time.
   for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
     const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
-    score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, n_rows, kt, d_head, st.scale, p + r0 * kKeys);
+    score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt, d_head, st.scale, p + r0 * kKeys);
   }
-
-  // Online softmax per row: p <- exp(score - new max) on the row's lanes, 0 elsewhere.
   for (int64_t row = 0; row < n_rows; ++row) {
     float* pr = p + row * kKeys;
     const int64_t token = row / st.n_heads;
     const int lb = st.token_lane_begin[token], le = st.token_lane_end[token];
+    correction[row] = 1.0f;
     if (lb >= le) {
       std::fill(pr, pr + kKeys, 0.0f);
       continue;
     }
     if (st.softcap > 0)
       for (int l = lb; l < le; ++l) pr[l] = std::tanh(pr[l] / st.softcap) * st.softcap;
-    KeyVec<V> s = load_keys<V>(pr);
-    for (int i = 0; i < kKeys / V::kWidth; ++i) s.v[i] = V::select(lb, le, i, s.v[i], V::set1(-INFINITY));
-    const float block_max = V::reduce_max(s.v);
-    const float old_max = st.max[row], new_max = std::max(old_max, block_max);
+    typename V::F x[kKeys / V::kWidth];
+    for (int i = 0; i < kKeys / V::kWidth; ++i)
+      x[i] = V::select(lb, le, i, V::load(pr + i * V::kWidth), V::set1(-INFINITY));
+    const float old_max = st.max[row], new_max = std::max(old_max, V::reduce_max(x));
     if (new_max > old_max) {
       if (old_max != -INFINITY) {  // else the row is empty: nothing to rescale
-        const float correction = exp1<V>(old_max - new_max);
-        st.sum[row] *= correction;
-        float* acc = st.acc + row * d_head;
-        const typename V::F c = V::set1(correction);
-        int64_t d = 0;
-        for (; d + V::kWidth <= d_head; d += V::kWidth) V::store(acc + d, V::mul(V::load(acc + d), c));
-        for (; d < d_head; ++d) acc[d] *= correction;
+        correction[row] = exp1<V>(old_max - new_max);
+        st.sum[row] *= correction[row];
       }
       st.max[row] = new_max;
     }
     const typename V::F m = V::set1(new_max);
-    for (int i = 0; i < kKeys / V::kWidth; ++i)
-      s.v[i] = V::select(lb, le, i, V::exp(V::sub(s.v[i], m)), V::zero());
-    st.sum[row] += V::sum16(s.v);
-    store_keys<V>(pr, s);
+    for (int i = 0; i < kKeys / V::kWidth; ++i) {
+      x[i] = V::select(lb, le, i, V::exp(V::sub(x[i], m)), V::zero());
+      V::store(pr + i * V::kWidth, x[i]);
+    }
+    st.sum[row] += V::sum16(x);
   }
+  accumulate_all<V>(n_rows, p, kKeys, 1, correction, st.v, st.row_stride, st.lane_begin, st.lane_end, st.acc, d_head);
+}
 
-  // P * V: kPvRows rows by up to 4 vectors of output at a time; the tail of d_head past
-  // the last whole vector one fma at a time.
-  const int64_t d_vec = d_head / V::kWidth * V::kWidth;
-  for (int64_t d0 = 0; d0 < d_vec; d0 += 4 * V::kWidth) {
-    const int nv = static_cast<int>(std::min<int64_t>(4, (d_vec - d0) / V::kWidth));
-    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kPvRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(V::kPvRows, n_rows - r0));
-      accumulate_rows_upto<V, V::kPvRows>(nr, nv, p + r0 * kKeys, st.v + d0, st.row_stride, st.lane_begin,
-                                          st.lane_end, st.acc + r0 * d_head + d0, d_head);
-    }
-  }
-  if (d_vec < d_head) {
-    for (int64_t row = 0; row < n_rows; ++row) {
-      float* acc = st.acc + row * d_head;
-      for (int l = st.lane_begin; l < st.lane_end; ++l)
-        for (int64_t d = d_vec; d < d_head; ++d)
-          acc[d] = std::fma(p[row * kKeys + l], V::load1(st.v + l * st.row_stride + d), acc[d]);
-    }
-  }
+// The two layouts give the same bits (both are the scalar step's arithmetic); the choice
+// only follows the number of rows.
+template <class V, class T>
+void tile_step(const AttentionTileStep<T>& st) {
+  if (st.n_tokens * st.n_heads <= 8)
+    step_keys_in_lanes<V>(st);
+  else
+    step_rows_in_lanes<V>(st);
 }
 
 }  // namespace

@@ -54,9 +54,10 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
                                     << " softcap " << softcap << " seed " << seed);
   const int64_t n_rows = n_tokens * n_heads, row_stride = d_head + 3;
   const auto q = random_floats(n_rows * d_head, seed);
-  std::vector<float> qt(q.size());
+  const int64_t qt_stride = (n_rows + 15) / 16 * 16;
+  std::vector<float> qt(qt_stride * d_head, 0.0f);
   for (int64_t row = 0; row < n_rows; ++row)
-    for (int64_t d = 0; d < d_head; ++d) qt[d * n_rows + row] = q[row * d_head + d];
+    for (int64_t d = 0; d < d_head; ++d) qt[d * qt_stride + row] = q[row * d_head + d];
   std::vector<T> k, v;
   for (float x : random_floats(16 * row_stride, seed + 1, 2.0f)) k.push_back(to_cache(x, T{}));
   for (float x : random_floats(16 * row_stride, seed + 2)) v.push_back(to_cache(x, T{}));
@@ -78,6 +79,7 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
     for (int s = 0; s < 2; ++s) {
       AttentionTileStep<T> st;
       st.qt = qt.data();
+      st.qt_stride = qt_stride;
       st.q = q.data();
       st.q_token_stride = n_heads * d_head;
       st.n_tokens = n_tokens;
