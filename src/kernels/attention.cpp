@@ -7,6 +7,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/quant.h"
 #include "kernels/dot.h"
 #include "kernels/gemm.h"
 
@@ -109,6 +110,10 @@ AttentionOps<T> ops_for(Isa isa) {
   return {attention_scores_scalar, attention_exp_sum_scalar, attention_accumulate_scalar};
 }
 
+// Q8_0 and Q4_0 K dot a query quantized to Q8_0 blocks.
+template <class T>
+constexpr bool kQuantizedQuery = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
+
 // A step from the per-row loops: per token, scores its lanes for its heads, rescales each
 // head's state once for the lanes' max, and adds p * V over those lanes only.
 template <class T, Isa kIsa>
@@ -120,8 +125,18 @@ void step_by_rows(const AttentionTileStep<T>& st) {
     const int lb = st.token_lane_begin[i], le = st.token_lane_end[i];
     if (lb >= le) continue;
     const int64_t count = le - lb, row0 = i * st.n_heads;
-    ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride,
-               count, st.scale, scores_rows, kStride);
+    if constexpr (kQuantizedQuery<T>) {  // the tile's queries, quantized once
+      const BlockQ8_0* q8 = st.q8 + row0 * (st.d_head / kQK8_0);
+      if (kIsa == Isa::kScalar)
+        attention_scores_scalar(q8, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride, count, st.scale,
+                                scores_rows, kStride);
+      else
+        attention_scores_avx2(q8, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride, count, st.scale,
+                              scores_rows, kStride);
+    } else {
+      ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride,
+                 count, st.scale, scores_rows, kStride);
+    }
     for (int64_t r = 0; r < st.n_heads; ++r) {
       float* scores = scores_rows + r * kStride;
       float& max = st.max[row0 + r];
@@ -194,6 +209,19 @@ void transpose_queries(const ItemRef& item, const Shape& s, float* qt) {
   }
 }
 
+// The item's queries as its steps take them, into `buffer` (a TileScratch's qt): transposed
+// for the tiled steps, quantized to Q8_0 rows for Q8_0/Q4_0 K, nothing for bf16.
+template <class T>
+void prepare_queries(const ItemRef& item, const Shape& s, float* buffer) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+    transpose_queries(item, s, buffer);
+  } else if constexpr (kQuantizedQuery<T>) {
+    auto* q8 = reinterpret_cast<BlockQ8_0*>(buffer);  // fits: 34 bytes per 32 values, qt has 128
+    for (int64_t i = 0; i < item.n_t; ++i)
+      quantize_row_q8_0(query_of(item, i, s), q8 + i * item.n_heads * (s.d_head / kQK8_0), item.n_heads * s.d_head);
+  }
+}
+
 // The item's tokens over the keys of one chunk, token i over [begin[i], end[i]) (possibly
 // empty): walks the keys in steps of at most 16 aligned to the cache block (so a key's
 // lane does not depend on the tile), skipping those no token sees. `out` is cleared first.
@@ -211,6 +239,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   AttentionTileStep<T> st;
   st.qt = qt;
   st.qt_stride = qt_stride(n_t * item.n_heads);
+  if constexpr (kQuantizedQuery<T>) st.q8 = reinterpret_cast<const BlockQ8_0*>(qt);
   st.q = query_of(item, 0, s);
   st.q_token_stride = s.n_head * s.d_head;
   st.n_tokens = n_t;
@@ -302,7 +331,7 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
     lo = std::min(lo, first[i]);
     hi = std::max(hi, last[i]);
   }
-  transpose_queries(item, s, it.qt);
+  prepare_queries<T>(item, s, it.qt);
   clear(it.total, s, n_t * n_heads);
   for (int64_t c = lo / kChunkKeys; c <= hi / kChunkKeys; ++c) {
     int64_t begin[kMaxTileTokens], end[kMaxTileTokens];
@@ -446,7 +475,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
           int64_t first, last, k_begin, k_end;
           visible_keys(*items[i].seq, items[i].t, params, &first, &last);
           chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
-          transpose_queries(items[i], s, it.qt);
+          prepare_queries<T>(items[i], s, it.qt);
           chunk_partial(kv, items[i], s, params, &k_begin, &k_end,
                         partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, step);
         }

@@ -140,6 +140,17 @@ void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, cons
                              int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
                            int64_t count, float scale, float* scores, int64_t score_stride);
+// Q8_0/Q4_0 K against query rows already quantized by quantize_row_q8_0 ([n_rep][d_head /
+// 32] blocks): the bits of the float-query loops above, which quantize on every call, so
+// attention() quantizes a tile's queries once instead of once per step of keys.
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
                                  int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
@@ -174,6 +185,7 @@ struct AttentionTileStep {
   int64_t qt_stride = 0;      // n_tokens * n_heads rounded up to a multiple of 16
   const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
   int64_t q_token_stride = 0;
+  const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
   const T* k = nullptr;  // lane l's K row at k + l * row_stride (units of T)
   const T* v = nullptr;  // likewise V
