@@ -1,16 +1,19 @@
-// FlashAttention-style attention of new query tokens over a paged KV cache: each
-// (query token, KV head) item walks the sequence's blocks once, keeping a running max
-// and running sum per query head (online softmax), with the query heads that share the
-// KV head (GQA group) processed together so each K/V row is loaded once per group.
-// When a step has fewer (token, KV head) items than threads (decode of one sequence),
-// each GQA group's query heads are cut into parts, one item each. Keys are taken in
-// chunks of 256 positions whose partial softmaxes merge in order, so when items are
-// still fewer than threads the chunks of one item run on several threads. Either way a
-// head's output has the same bits as one thread would give.
+// FlashAttention-style attention of new query tokens over a paged KV cache: each item (up
+// to 16 consecutive query tokens of a sequence, by the query heads that share one KV
+// head) walks the sequence's keys once in steps of at most 16, keeping a running max and
+// running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
+// small matrix products (AttentionTileStep: scores of the rows against the step's keys,
+// then P * V) with register-blocked AVX-512 and AVX2 kernels; the causal and window
+// masks touch only the steps a row partly sees. Decode is an item of one token; when
+// items are fewer than threads, each GQA group's query heads are cut into parts. Keys are
+// taken in chunks of 256 positions whose partial softmaxes merge in order, so when items
+// are still fewer than threads the chunks of one item run on several threads. Every
+// path runs the same step arithmetic per row, so a token's output has the same bits
+// whatever tile, part or thread computed it.
 //
-// The cache holds f32 (T = float) or IEEE-half f16 (T = uint16_t, the bits) K/V; the
-// f16 loops read the halves directly, converting 8 per load in registers (F16C), and
-// run the f32 path's arithmetic on the widened values.
+// The cache holds f32 (T = float), IEEE-half f16 (T = uint16_t, the bits), bf16, Q8_0 or
+// Q4_0 K/V; the f16 steps widen 8 or 16 halves per load in registers (F16C) and run the
+// f32 arithmetic on the widened values.
 //
 //   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
 //   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
@@ -98,8 +101,10 @@ template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
 
-// The inner loops, scalar and AVX2 (attention_avx2.cpp), for K/V rows of f32 or f16
-// (uint16_t halves, widened exactly to float as they are read):
+// Per-row inner loops, scalar and AVX2 (attention_avx2.cpp), for K/V rows of f32 or f16
+// (uint16_t halves, widened exactly to float as they are read). attention() runs the
+// tiled steps below for these caches; these loops define the arithmetic the bf16 loops
+// follow (and the tests check them against it):
 //  scores[r * score_stride + j] = scale * dot(q[r], k[j * row_stride]), r < n_rep, j < count
 //  exp_sum: x[i] = exp(x[i] - max) for i < n, returns their sum
 //  accumulate: acc[r * acc_stride + d] += p[r * p_stride + j] * v[j * row_stride + d]
