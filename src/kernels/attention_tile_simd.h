@@ -195,22 +195,28 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st) {
       for (; d < d_head; ++d) vf[l * d_head + d] = V::load1(st.v + l * st.row_stride + d);
     }
   }
-  for (int64_t row = 0; row < rows_pad; ++row) {
-    const bool real = row < n_rows;
-    const int64_t token = row / st.n_heads;
-    const int lb = real ? st.token_lane_begin[token] : 0, le = real ? st.token_lane_end[token] : 0;
-    row_bits[row] = lb < le ? static_cast<int32_t>(((1u << le) - 1) & ~((1u << lb) - 1)) : 0;
-    max[row] = real ? st.max[row] : -INFINITY;
-    sum[row] = real ? st.sum[row] : 0.0f;
+  for (int64_t i = 0; i < st.n_tokens; ++i) {
+    const int lb = st.token_lane_begin[i], le = st.token_lane_end[i];
+    const auto bits = lb < le ? static_cast<int32_t>(((1u << le) - 1) & ~((1u << lb) - 1)) : 0;
+    std::fill(row_bits + i * st.n_heads, row_bits + (i + 1) * st.n_heads, bits);
   }
+  std::fill(row_bits + n_rows, row_bits + rows_pad, 0);
+  std::copy(st.max, st.max + n_rows, max);
+  std::fill(max + n_rows, max + rows_pad, -INFINITY);
+  std::copy(st.sum, st.sum + n_rows, sum);
+  std::fill(sum + n_rows, sum + rows_pad, 0.0f);
 
-  // Scores s[l][row], kQkRowVecs row vectors by kQkKeys keys at a time.
-  constexpr int64_t kRowBlock = V::kQkRowVecs * V::kWidth;
-  for (int64_t r0 = 0; r0 < rows_pad; r0 += kRowBlock) {
-    const int nrv = static_cast<int>(std::min<int64_t>(kRowBlock, rows_pad - r0) / V::kWidth);
+  // Scores s[l][row], kQkRowVecs row vectors by kQkKeys keys at a time (the last groups
+  // evened out, so none is left with a single vector to amortize each broadcast over).
+  const int64_t n_vecs = rows_pad / V::kWidth;
+  for (int64_t v0 = 0; v0 < n_vecs;) {
+    int64_t nrv = std::min<int64_t>(V::kQkRowVecs, n_vecs - v0);
+    if (nrv == V::kQkRowVecs && n_vecs - v0 == V::kQkRowVecs + 1 && V::kQkRowVecs > 2) nrv = 2;
+    const int64_t r0 = v0 * V::kWidth;
     for (int l0 = st.lane_begin / V::kQkKeys * V::kQkKeys; l0 < st.lane_end; l0 += V::kQkKeys)
-      score_block_upto<V, V::kQkRowVecs>(nrv, st.qt + r0, st.qt_stride, kt + l0, d_head, st.scale,
+      score_block_upto<V, V::kQkRowVecs>(static_cast<int>(nrv), st.qt + r0, st.qt_stride, kt + l0, d_head, st.scale,
                                          s + l0 * rows_pad + r0, rows_pad);
+    v0 += nrv;
   }
   if (st.softcap > 0)
     for (int64_t row = 0; row < n_rows; ++row)
@@ -220,10 +226,8 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st) {
     softmax_rows<V>(s + r0, rows_pad, row_bits + r0, st.lane_begin, st.lane_end, max + r0, sum + r0, correction + r0);
 
   accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v, v_stride, st.lane_begin, st.lane_end, st.acc, d_head);
-  for (int64_t row = 0; row < n_rows; ++row) {
-    st.max[row] = max[row];
-    st.sum[row] = sum[row];
-  }
+  std::copy(max, max + n_rows, st.max);
+  std::copy(sum, sum + n_rows, st.sum);
 }
 
 
