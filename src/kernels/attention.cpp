@@ -122,40 +122,44 @@ void step_by_rows(const AttentionTileStep<T>& st) {
   constexpr int64_t kStride = 16;
   float* scores_rows = st.work;  // [n_heads][16]
   for (int64_t i = 0; i < st.n_tokens; ++i) {
-    const int lb = st.token_lane_begin[i], le = st.token_lane_end[i];
-    if (lb >= le) continue;
-    const int64_t count = le - lb, row0 = i * st.n_heads;
-    if constexpr (kQuantizedQuery<T>) {  // the tile's queries, quantized once
-      const BlockQ8_0* q8 = st.q8 + row0 * (st.d_head / kQK8_0);
-      if (kIsa == Isa::kScalar)
-        attention_scores_scalar(q8, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride, count, st.scale,
-                                scores_rows, kStride);
-      else
-        attention_scores_avx2(q8, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride, count, st.scale,
-                              scores_rows, kStride);
-    } else {
-      ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, st.k + lb * st.row_stride, st.row_stride,
-                 count, st.scale, scores_rows, kStride);
-    }
-    for (int64_t r = 0; r < st.n_heads; ++r) {
-      float* scores = scores_rows + r * kStride;
-      float& max = st.max[row0 + r];
-      if (st.softcap > 0)
-        for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / st.softcap) * st.softcap;
-      float block_max = scores[0];
-      for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
-      const float new_max = std::max(max, block_max);
-      if (new_max > max) {
-        const float correction = std::exp(max - new_max);  // 0 on the first block
-        st.sum[row0 + r] *= correction;
-        float* acc = st.acc + (row0 + r) * st.d_head;
-        for (int64_t d = 0; d < st.d_head; ++d) acc[d] *= correction;
-        max = new_max;
+    const int64_t row0 = i * st.n_heads;
+    for (int l0 = st.token_lane_begin[i]; l0 < st.token_lane_end[i];) {
+      int l1 = l0 + 1;  // the run [l0, l1): one 16-lane group, one cache block
+      while (l1 < st.token_lane_end[i] && l1 % 16 != 0 && !(st.block_starts >> l1 & 1)) ++l1;
+      const int64_t count = l1 - l0;
+      const T* k = st.k_rows[l0];
+      const T* v = st.v_rows[l0];
+      l0 = l1;
+      if constexpr (kQuantizedQuery<T>) {  // the tile's queries, quantized once
+        const BlockQ8_0* q8 = st.q8 + row0 * (st.d_head / kQK8_0);
+        if (kIsa == Isa::kScalar)
+          attention_scores_scalar(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
+        else
+          attention_scores_avx2(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
+      } else {
+        ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, k, st.row_stride, count, st.scale,
+                   scores_rows, kStride);
       }
-      st.sum[row0 + r] += ops.exp_sum(scores, count, new_max);
+      for (int64_t r = 0; r < st.n_heads; ++r) {
+        float* scores = scores_rows + r * kStride;
+        float& max = st.max[row0 + r];
+        if (st.softcap > 0)
+          for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / st.softcap) * st.softcap;
+        float block_max = scores[0];
+        for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
+        const float new_max = std::max(max, block_max);
+        if (new_max > max) {
+          const float correction = std::exp(max - new_max);  // 0 on the first block
+          st.sum[row0 + r] *= correction;
+          float* acc = st.acc + (row0 + r) * st.d_head;
+          for (int64_t d = 0; d < st.d_head; ++d) acc[d] *= correction;
+          max = new_max;
+        }
+        st.sum[row0 + r] += ops.exp_sum(scores, count, new_max);
+      }
+      ops.accumulate(scores_rows, kStride, st.n_heads, v, st.row_stride, count, st.d_head, st.acc + row0 * st.d_head,
+                     st.d_head);
     }
-    ops.accumulate(scores_rows, kStride, st.n_heads, st.v + lb * st.row_stride, st.row_stride, count, st.d_head,
-                   st.acc + row0 * st.d_head, st.d_head);
   }
 }
 
@@ -223,8 +227,8 @@ void prepare_queries(const ItemRef& item, const Shape& s, float* buffer) {
 }
 
 // The item's tokens over the keys of one chunk, token i over [begin[i], end[i]) (possibly
-// empty): walks the keys in steps of at most 16 aligned to the cache block (so a key's
-// lane does not depend on the tile), skipping those no token sees. `out` is cleared first.
+// empty): walks the keys in steps of kAttentionStepKeys aligned positions (so a key's lane
+// does not depend on the tile), skipping those no token sees. `out` is cleared first.
 template <class T>
 void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
                    const int64_t* begin, const int64_t* end, const Partial& out, const float* qt, float* work,
@@ -235,6 +239,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   int64_t lo = INT64_MAX, hi = -1;
   for (int64_t i = 0; i < n_t; ++i)
     if (begin[i] < end[i]) lo = std::min(lo, begin[i]), hi = std::max(hi, end[i]);
+  constexpr int64_t kStepKeys = kAttentionStepKeys;
   int lane_begin[kMaxTileTokens], lane_end[kMaxTileTokens];
   AttentionTileStep<T> st;
   st.qt = qt;
@@ -254,27 +259,42 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   st.max = out.max;
   st.sum = out.sum;
   st.work = work;
-  for (int64_t j0 = lo; j0 < hi;) {
-    const int64_t table_index = j0 / s.block_size, block_start = table_index * s.block_size;
-    const int64_t step_start = block_start + (j0 - block_start) / 16 * 16;
-    const int64_t step_end = std::min(block_start + s.block_size, step_start + 16);
-    int union_begin = 16, union_end = 0;
+  const T* k_rows[kStepKeys];
+  const T* v_rows[kStepKeys];
+  st.k_rows = k_rows;
+  st.v_rows = v_rows;
+  for (int64_t w0 = lo / kStepKeys * kStepKeys; w0 < hi; w0 += kStepKeys) {
+    int union_begin = kStepKeys, union_end = 0;
     for (int64_t i = 0; i < n_t; ++i) {
-      const int64_t k0 = std::max(begin[i], step_start), k1 = std::min(end[i], step_end);
-      lane_begin[i] = k0 < k1 ? static_cast<int>(k0 - step_start) : 0;
-      lane_end[i] = k0 < k1 ? static_cast<int>(k1 - step_start) : 0;
+      const int64_t k0 = std::max(begin[i], w0), k1 = std::min(end[i], w0 + kStepKeys);
+      lane_begin[i] = k0 < k1 ? static_cast<int>(k0 - w0) : 0;
+      lane_end[i] = k0 < k1 ? static_cast<int>(k1 - w0) : 0;
       if (k0 < k1) union_begin = std::min(union_begin, lane_begin[i]), union_end = std::max(union_end, lane_end[i]);
     }
-    j0 = step_end;
     if (union_begin >= union_end) continue;  // between two tokens' windows
-    const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
-    if (block < 0 || block >= s.n_blocks)
-      throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ",
-                          step_start + union_begin, "..", step_start + union_end - 1, " inside the window of position ",
-                          seq.q_pos[item.t + n_t - 1], " (pool has ", s.n_blocks, " blocks)"));
-    const int64_t first_row = static_cast<int64_t>(block) * s.block_size + (step_start - block_start);
-    st.k = kv.k + first_row * row_stride + unit_head_offset<T>(s, item.g);
-    st.v = kv.v + first_row * row_stride + unit_head_offset<T>(s, item.g);
+    // The lanes' rows, block by block; a block no token sees (between two windows) may be
+    // recycled, so its lanes stay null.
+    st.block_starts = 0;
+    for (int64_t j = w0 + union_begin; j < w0 + union_end;) {
+      const int64_t table_index = j / s.block_size;
+      const int64_t run_end = std::min(w0 + union_end, (table_index + 1) * s.block_size);
+      const int l0 = static_cast<int>(j - w0), l1 = static_cast<int>(run_end - w0);
+      if (j % s.block_size == 0) st.block_starts |= uint64_t{1} << l0;
+      bool seen = false;
+      for (int64_t i = 0; i < n_t && !seen; ++i) seen = lane_begin[i] < l1 && lane_end[i] > l0;
+      const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
+      if (seen && (block < 0 || block >= s.n_blocks))
+        throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ", j, "..",
+                            run_end - 1, " inside the window of position ", seq.q_pos[item.t + n_t - 1],
+                            " (pool has ", s.n_blocks, " blocks)"));
+      const int64_t first_row = static_cast<int64_t>(block) * s.block_size + j % s.block_size;
+      for (int l = l0; l < l1; ++l) {
+        const int64_t at = (first_row + (l - l0)) * row_stride + unit_head_offset<T>(s, item.g);
+        k_rows[l] = seen ? kv.k + at : nullptr;
+        v_rows[l] = seen ? kv.v + at : nullptr;
+      }
+      j = run_end;
+    }
     st.lane_begin = union_begin;
     st.lane_end = union_end;
     step(st);

@@ -169,21 +169,25 @@ void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
                                int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 
-// One step of tiled attention (attention_tile*.cpp): up to 16 consecutive keys of one
-// cache block (lane l is the key at k + l * row_stride) against a tile of query rows, the
-// heads [r0, r0 + n_heads) of a GQA group for n_tokens consecutive tokens (row i * n_heads
-// + r), carrying each row's online softmax. Token i sees lanes [token_lane_begin[i],
-// token_lane_end[i]) (empty: its rows are untouched); only lanes [lane_begin, lane_end),
-// the union, are read. Per row that sees a lane, the arithmetic is fixed (the scalar step
-// defines it and the SIMD steps give its bits):
+// One step of tiled attention (attention_tile*.cpp): the keys of one aligned window of
+// kAttentionStepKeys positions (lane l is key window_start + l, its K and V rows at
+// k_rows[l] and v_rows[l], null for a key of a block no row sees) against a tile of query
+// rows, the heads [r0, r0 + n_heads) of a GQA group for n_tokens consecutive tokens (row
+// i * n_heads + r), carrying each row's online softmax. Token i sees lanes
+// [token_lane_begin[i], token_lane_end[i]) (empty: its rows are untouched); only lanes
+// [lane_begin, lane_end), the union, are read. Per row that sees a lane, the arithmetic is
+// fixed (the scalar step defines it and the SIMD steps give its bits):
 //   s[l] = fma chain over d = 0.. of q[d] * k[l][d], from 0, times scale
 //   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
 //   new_max = max(max, max_l s[l]); if it grew from a finite max: sum, acc *= e(max - new_max)
-//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum += sum16(p)
-//   acc[d] = fma(p[l], v[l][d], acc[d]) for l = lane_begin .. lane_end - 1 in order
-// where e is attention_exp_poly and sum16 adds p[i] + p[i + 8], then those i and i + 4,
-// then (0 + 2) + (1 + 3). Neither the other rows nor the other lanes change a row's bits,
-// so a token's output does not depend on the tile it is in.
+//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum += ((S0 + S1) + S2) + S3
+//   acc[d] = fma(p[l], v[l][d], acc[d]) for l = lane_begin .. lane_end - 1 in order (v = 0
+//   for a null row)
+// where e is attention_exp_poly and Sg, the sum of lanes 16g .. 16g + 15, adds p[i] +
+// p[i + 8], then those i and i + 4, then (0 + 2) + (1 + 3). Neither the other rows nor the
+// other lanes change a row's bits, so a token's output does not depend on its tile.
+inline constexpr int kAttentionStepKeys = 64;
+
 template <class T>
 struct AttentionTileStep {
   const float* qt = nullptr;  // [d_head][qt_stride]: the rows' queries, transposed, zero past the rows
@@ -192,9 +196,13 @@ struct AttentionTileStep {
   int64_t q_token_stride = 0;
   const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
-  const T* k = nullptr;  // lane l's K row at k + l * row_stride (units of T)
-  const T* v = nullptr;  // likewise V
+  const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
+  const T* const* v_rows = nullptr;  // likewise V
+  // For the bf16/Q8_0/Q4_0 per-row loops, which take runs of consecutive rows within one
+  // 16-lane group and one cache block: units from one position's row to the next, and
+  // bit l set where lane l's key starts a cache block.
   int64_t row_stride = 0;
+  uint64_t block_starts = 0;
   int lane_begin = 0, lane_end = 0;
   const int* token_lane_begin = nullptr;  // [n_tokens]
   const int* token_lane_end = nullptr;    // [n_tokens]

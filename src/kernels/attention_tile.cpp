@@ -12,7 +12,7 @@ namespace ridge::kernels {
 
 namespace {
 
-constexpr int kKeys = 16;
+constexpr int kKeys = kAttentionStepKeys;
 
 inline float widen(float x) { return x; }
 inline float widen(uint16_t h) { return fp16_to_fp32(h); }
@@ -28,8 +28,9 @@ float sum16(const float* p) {
 
 template <class T>
 void step_scalar(const AttentionTileStep<T>& st) {
+  static_assert(kKeys == 64);
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
-  float* p = st.work;  // [n_rows][16]
+  float* p = st.work;  // [n_rows][kKeys]
   for (int64_t row = 0; row < n_rows; ++row) {
     float* pr = p + row * kKeys;
     std::fill(pr, pr + kKeys, 0.0f);
@@ -39,7 +40,7 @@ void step_scalar(const AttentionTileStep<T>& st) {
     const float* q = st.q + token * st.q_token_stride + (row % st.n_heads) * d_head;
     float block_max = -INFINITY;
     for (int l = lb; l < le; ++l) {
-      const T* k = st.k + l * st.row_stride;
+      const T* k = st.k_rows[l];
       float acc = 0.0f;
       for (int64_t d = 0; d < d_head; ++d) acc = std::fma(q[d], widen(k[d]), acc);
       float s = acc * st.scale;
@@ -57,14 +58,14 @@ void step_scalar(const AttentionTileStep<T>& st) {
       st.max[row] = new_max;
     }
     for (int l = lb; l < le; ++l) pr[l] = attention_exp_poly(pr[l] - new_max);
-    st.sum[row] += sum16(pr);
+    st.sum[row] += ((sum16(pr) + sum16(pr + 16)) + sum16(pr + 32)) + sum16(pr + 48);
   }
   for (int64_t row = 0; row < n_rows; ++row) {
     float* acc = st.acc + row * d_head;
     for (int l = st.lane_begin; l < st.lane_end; ++l) {
-      const T* v = st.v + l * st.row_stride;
+      const T* v = st.v_rows[l];
       const float pl = p[row * kKeys + l];
-      for (int64_t d = 0; d < d_head; ++d) acc[d] = std::fma(pl, widen(v[d]), acc[d]);
+      for (int64_t d = 0; d < d_head; ++d) acc[d] = std::fma(pl, v ? widen(v[d]) : 0.0f, acc[d]);
     }
   }
 }
@@ -72,10 +73,10 @@ void step_scalar(const AttentionTileStep<T>& st) {
 }  // namespace
 
 size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head) {
-  // K^T [d_head rounded to 16][16], V rows [16][d_head], scores [16][rows rounded to 16],
-  // and max, sum, correction and lane bits per row.
+  // K^T [d_head rounded to 16][keys], V rows [keys][d_head], scores [keys][rows rounded to
+  // 16], max, sum, correction and lane range per row, and a zero row.
   const int64_t rows = (n_rows + 15) / 16 * 16;
-  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 4 * rows);
+  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head);
 }
 
 // avx2_math.h exp256, one lane: the same operations in the same order.

@@ -63,49 +63,54 @@ struct Avx2 {
   static F max(F a, F b) { return _mm256_max_ps(a, b); }
 
   // Keys in lanes: lanes part * 8 + i in [lane_begin, lane_end) from a, the others from
-  // b; the max and the sum (hsum of the two halves' sum) of the 16 lanes.
+  // b; the max of a vector; the sum of a group of 16 lanes (hsum of the two halves' sum).
   static F select(int lane_begin, int lane_end, int part, F a, F b) {
     const __m256i lane = _mm256_add_epi32(_mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7), _mm256_set1_epi32(part * 8));
     const __m256i in = _mm256_andnot_si256(_mm256_cmpgt_epi32(_mm256_set1_epi32(lane_begin), lane),
                                            _mm256_cmpgt_epi32(_mm256_set1_epi32(lane_end), lane));
     return _mm256_blendv_ps(b, a, _mm256_castsi256_ps(in));
   }
-  static float reduce_max(const F s[2]) {
-    __m256 m = _mm256_max_ps(s[0], s[1]);
-    __m128 h = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+  static float reduce_max(F x) {
+    __m128 h = _mm_max_ps(_mm256_castps256_ps128(x), _mm256_extractf128_ps(x, 1));
     h = _mm_max_ps(h, _mm_movehl_ps(h, h));
     h = _mm_max_ss(h, _mm_movehdup_ps(h));
     return _mm_cvtss_f32(h);
   }
-  static float sum16(const F s[2]) { return hsum(_mm256_add_ps(s[0], s[1])); }
+  static float sum16(const F* s) { return hsum(_mm256_add_ps(s[0], s[1])); }
 
-  // The rows (lanes) whose bits row_bits[lane] include key l, as all-ones lanes.
+  // Rows in lanes: the rows (lanes) whose range [row_lb, row_le) holds key l, as all-ones
+  // lanes.
   using Mask = __m256;
-  static Mask key_mask(const int32_t* row_bits, int l) {
-    const __m256i bit = _mm256_set1_epi32(1 << l);
-    const __m256i bits = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_bits));
-    return _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(bits, bit), bit));
+  static Mask key_mask(const int32_t* row_lb, const int32_t* row_le, int l) {
+    const __m256i key = _mm256_set1_epi32(l);
+    const __m256i lb = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_lb));
+    const __m256i le = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row_le));
+    return _mm256_castsi256_ps(_mm256_andnot_si256(_mm256_cmpgt_epi32(lb, key), _mm256_cmpgt_epi32(le, key)));
   }
   static F blend(Mask m, F a, F b) { return _mm256_blendv_ps(b, a, m); }
   static F maskz(Mask m, F a) { return _mm256_and_ps(m, a); }
 
-  // kt[d][l] = k[l][d] for lanes in [lane_begin, lane_end), 0 for the others.
+  // kt[d][l] = k_rows[l][d] for the 16-lane groups that lanes [lane_begin, lane_end)
+  // touch (every lane has a row: a zero row outside the range).
   template <class T>
-  static void pack_kt(const T* k, int64_t row_stride, int lane_begin, int lane_end, int64_t d_head, float* kt) {
+  static void pack_kt(const T* const* k_rows, int lane_begin, int lane_end, int64_t d_head, float* kt) {
     const int64_t d8 = d_head / 8 * 8;
-    for (int half = 0; half < 2; ++half) {
+    for (int h = lane_begin / 16 * 16; h < (lane_end + 15) / 16 * 16; h += 8) {
       for (int64_t d0 = 0; d0 < d8; d0 += 8) {
         __m256 r[8];
         for (int i = 0; i < 8; ++i) {
-          const int l = half * 8 + i;
-          r[i] = l >= lane_begin && l < lane_end ? load(k + l * row_stride + d0) : zero();
+          const int l = h + i;
+          r[i] = load(k_rows[l] + d0);
         }
         transpose8(r);
-        for (int i = 0; i < 8; ++i) store(kt + (d0 + i) * kKeys + half * 8, r[i]);
+        for (int i = 0; i < 8; ++i) store(kt + (d0 + i) * kKeys + h, r[i]);
       }
+      for (int64_t d = d8; d < d_head; ++d)
+        for (int i = 0; i < 8; ++i) {
+          const int l = h + i;
+          kt[d * kKeys + h + i] = load1(k_rows[l] + d);
+        }
     }
-    for (int64_t d = d8; d < d_head; ++d)
-      for (int l = 0; l < kKeys; ++l) kt[d * kKeys + l] = l >= lane_begin && l < lane_end ? load1(k + l * row_stride + d) : 0.0f;
   }
 };
 

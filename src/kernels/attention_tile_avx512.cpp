@@ -3,6 +3,7 @@
 // cpu_has_avx512f(); its bits are the scalar and AVX2 steps'.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "kernels/attention.h"
@@ -90,39 +91,52 @@ struct Avx512 {
   static F add(F a, F b) { return _mm512_add_ps(a, b); }
   static F max(F a, F b) { return _mm512_max_ps(a, b); }
 
-  // Keys in lanes: lanes in [lane_begin, lane_end) from a, the others from b; the max and
-  // the sum (avx2_math.h hsum of the two halves' sum) of the 16 lanes.
-  static F select(int lane_begin, int lane_end, int /*part*/, F a, F b) {
-    const auto in = static_cast<__mmask16>(((1u << lane_end) - 1) & ~((1u << lane_begin) - 1));
+  // Keys in lanes: lanes part * 16 + i in [lane_begin, lane_end) from a, the others from
+  // b; the max of a vector; the sum of a group of 16 lanes (avx2_math.h hsum of the two
+  // halves' sum).
+  static F select(int lane_begin, int lane_end, int part, F a, F b) {
+    const int lo = std::clamp(lane_begin - 16 * part, 0, 16), hi = std::clamp(lane_end - 16 * part, 0, 16);
+    const auto in = static_cast<__mmask16>(hi > lo ? ((1u << hi) - 1) & ~((1u << lo) - 1) : 0u);
     return _mm512_mask_blend_ps(in, b, a);
   }
-  static float reduce_max(const F s[1]) { return _mm512_reduce_max_ps(s[0]); }
-  static float sum16(const F s[1]) {
+  static float reduce_max(F x) { return _mm512_reduce_max_ps(x); }
+  static float sum16(const F* s) {
     const __m256 lo = _mm512_castps512_ps256(s[0]);
     const __m256 hi = _mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(s[0]), 1));
     return hsum(_mm256_add_ps(lo, hi));
   }
 
-  // The rows (lanes) whose bits row_bits[lane] include key l.
+  // Rows in lanes: the rows (lanes) whose range [row_lb, row_le) holds key l.
   using Mask = __mmask16;
-  static Mask key_mask(const int32_t* row_bits, int l) {
-    return _mm512_test_epi32_mask(_mm512_loadu_si512(row_bits), _mm512_set1_epi32(1 << l));
+  static Mask key_mask(const int32_t* row_lb, const int32_t* row_le, int l) {
+    const __m512i key = _mm512_set1_epi32(l);
+    return _mm512_cmple_epi32_mask(_mm512_loadu_si512(row_lb), key) &
+           _mm512_cmplt_epi32_mask(key, _mm512_loadu_si512(row_le));
   }
   static F blend(Mask m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
   static F maskz(Mask m, F a) { return _mm512_maskz_mov_ps(m, a); }
 
+  // kt[d][l] = k_rows[l][d] for the 16-lane groups that lanes [lane_begin, lane_end)
+  // touch (every lane has a row: a zero row outside the range).
   template <class T>
-  static void pack_kt(const T* k, int64_t row_stride, int lane_begin, int lane_end, int64_t d_head, float* kt) {
+  static void pack_kt(const T* const* k_rows, int lane_begin, int lane_end, int64_t d_head, float* kt) {
     const int64_t d16 = d_head / 16 * 16;
-    for (int64_t d0 = 0; d0 < d16; d0 += 16) {
-      __m512 r[16];
-      for (int l = 0; l < 16; ++l) r[l] = l >= lane_begin && l < lane_end ? load(k + l * row_stride + d0) : zero();
-      transpose16(r);
-      for (int i = 0; i < 16; ++i) store(kt + (d0 + i) * kKeys, r[i]);
+    for (int g = lane_begin / 16 * 16; g < lane_end; g += 16) {
+      for (int64_t d0 = 0; d0 < d16; d0 += 16) {
+        __m512 r[16];
+        for (int i = 0; i < 16; ++i) {
+          const int l = g + i;
+          r[i] = load(k_rows[l] + d0);
+        }
+        transpose16(r);
+        for (int i = 0; i < 16; ++i) store(kt + (d0 + i) * kKeys + g, r[i]);
+      }
+      for (int64_t d = d16; d < d_head; ++d)
+        for (int i = 0; i < 16; ++i) {
+          const int l = g + i;
+          kt[d * kKeys + g + i] = load1(k_rows[l] + d);
+        }
     }
-    for (int64_t d = d16; d < d_head; ++d)
-      for (int l = 0; l < kKeys; ++l)
-        kt[d * kKeys + l] = l >= lane_begin && l < lane_end ? load1(k + l * row_stride + d) : 0.0f;
   }
 };
 

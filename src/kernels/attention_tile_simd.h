@@ -1,17 +1,18 @@
 // The tiled attention step (attention.h: attention_tile_step_*) written once over a SIMD
 // traits type V, included by attention_tile_avx2.cpp (8 lanes) and
-// attention_tile_avx512.cpp (16 lanes) after their target pragma and their V. Scores are
-// a small GEMM with the keys in vector lanes: K^T is packed once per step, and each
-// packed row of 16 keys is multiplied by a broadcast query element for up to
-// V::kScoreRows query rows held in registers. P * V holds V::kPvRows accumulator rows of
-// up to 4 vectors in registers while the keys stream past, each V row loaded once for
-// all of them. Every score, exp and accumulator element goes through the operations
-// attention_tile_step_scalar defines, in its order, so the bits match it.
+// attention_tile_avx512.cpp (16 lanes) after their target pragma and their V. K^T is
+// packed once per step. A tile of many rows puts rows in vector lanes: scores are a small
+// GEMM (each packed K element broadcast for V::kQkRowVecs vectors of rows) and the
+// softmax runs down the keys for a vector of rows at once. Few rows (decode) put keys in
+// lanes instead, so no lane idles. P * V holds V::kPvRows accumulator rows of up to 4
+// vectors in registers while the step's keys stream past, each V row loaded once for all
+// of them. Every score, exp and accumulator element goes through the operations
+// attention_tile_step_scalar defines, in its order, so either layout gives its bits.
 //
-// V provides: F (a vector of kWidth floats), zero, load (float / f16), store, set1,
-// fmadd(a, b, c) = a * b + c rounded once, mul, exp (the shared polynomial), reduce_max,
-// hsum8 (of the 8-lane sum of the key vector's halves: see sum16), select (lanes of a
-// key vector in [lane_begin, lane_end) from a, others from b), and pack_kt.
+// V provides: F (kWidth floats), zero, load (float / f16), load1, store, set1, fmadd(a, b,
+// c) = a * b + c rounded once, mul, add, sub, max, exp (the shared polynomial); for rows
+// in lanes Mask, key_mask, blend, maskz; for keys in lanes select, reduce_max, sum16; and
+// pack_kt.
 #pragma once
 
 #include <algorithm>
@@ -24,7 +25,8 @@
 namespace ridge::kernels {
 namespace {
 
-constexpr int kKeys = 16;  // keys per step: lanes of one packed K^T row
+constexpr int kKeys = kAttentionStepKeys;  // lanes of a step
+constexpr int kGroup = 16;                 // lanes per partial sum (attention.h: Sg)
 
 inline int64_t round_up16(int64_t n) { return (n + 15) / 16 * 16; }
 
@@ -36,9 +38,82 @@ inline float exp1(float x) {
   return out[0];
 }
 
-// Scores of NRV row vectors (kWidth rows each) against keys [l0, l0 + kQkKeys):
-// s[l][r] = fma chain over d of qt[d][r] * kt[d][l], times scale. Each packed K element is
-// broadcast once for NRV * kWidth rows.
+// --- P * V, shared by both layouts.
+
+// acc[r][d0 .. d0 + NV * kWidth) = acc * correction[r], then += p(r, l) * v_rows[l][d0 + ...]
+// for lanes l in [lane_begin, lane_end) in order, one fma per element per key; p(r, l) is
+// at p[r * p_row + l * p_key].
+template <class V, int NR, int NV, class T>
+void accumulate_rows(const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* const* v_rows,
+                     int64_t d0, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  typename V::F a[NR][NV];
+  for (int r = 0; r < NR; ++r) {
+    const typename V::F c = V::set1(correction[r]);
+    for (int j = 0; j < NV; ++j) a[r][j] = V::mul(V::load(acc + r * d_head + j * V::kWidth), c);
+  }
+  for (int l = lane_begin; l < lane_end; ++l) {
+    const T* v = v_rows[l] + d0;
+    typename V::F x[NV];
+    for (int j = 0; j < NV; ++j) x[j] = V::load(v + j * V::kWidth);
+    for (int r = 0; r < NR; ++r) {
+      const typename V::F w = V::set1(p[r * p_row + l * p_key]);
+      for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(w, x[j], a[r][j]);
+    }
+  }
+  for (int r = 0; r < NR; ++r)
+    for (int j = 0; j < NV; ++j) V::store(acc + r * d_head + j * V::kWidth, a[r][j]);
+}
+
+template <class V, int NR, class T>
+void accumulate_rows_nv(int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction,
+                        const T* const* v_rows, int64_t d0, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  switch (nv) {
+    case 4: return accumulate_rows<V, NR, 4>(p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end, acc, d_head);
+    case 3: return accumulate_rows<V, NR, 3>(p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end, acc, d_head);
+    case 2: return accumulate_rows<V, NR, 2>(p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end, acc, d_head);
+    default: return accumulate_rows<V, NR, 1>(p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end, acc, d_head);
+  }
+}
+
+template <class V, int NR, class T>
+void accumulate_rows_upto(int nr, int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction,
+                          const T* const* v_rows, int64_t d0, int lane_begin, int lane_end, float* acc,
+                          int64_t d_head) {
+  if constexpr (NR > 1) {
+    if (nr < NR)
+      return accumulate_rows_upto<V, NR - 1>(nr, nv, p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end,
+                                             acc, d_head);
+  }
+  accumulate_rows_nv<V, NR>(nv, p, p_row, p_key, correction, v_rows, d0, lane_begin, lane_end, acc, d_head);
+}
+
+// P * V for all rows, each row's rescale folded into the load of its accumulators:
+// kPvRows rows by up to 4 vectors of output at a time; the tail of d_head one element at
+// a time, in the same order.
+template <class V, class T>
+void accumulate_all(int64_t n_rows, const float* p, int64_t p_row, int64_t p_key, const float* correction,
+                    const T* const* v_rows, int lane_begin, int lane_end, float* acc, int64_t d_head) {
+  const int64_t d_vec = d_head / V::kWidth * V::kWidth;
+  for (int64_t d0 = 0; d0 < d_vec; d0 += 4 * V::kWidth) {
+    const int nv = static_cast<int>(std::min<int64_t>(4, (d_vec - d0) / V::kWidth));
+    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kPvRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(V::kPvRows, n_rows - r0));
+      accumulate_rows_upto<V, V::kPvRows>(nr, nv, p + r0 * p_row, p_row, p_key, correction + r0, v_rows, d0,
+                                          lane_begin, lane_end, acc + r0 * d_head + d0, d_head);
+    }
+  }
+  for (int64_t row = 0; row < n_rows && d_vec < d_head; ++row) {
+    float* a = acc + row * d_head;
+    for (int64_t d = d_vec; d < d_head; ++d) a[d] *= correction[row];
+    for (int l = lane_begin; l < lane_end; ++l)
+      for (int64_t d = d_vec; d < d_head; ++d) a[d] = std::fma(p[row * p_row + l * p_key], V::load1(v_rows[l] + d), a[d]);
+  }
+}
+
+// --- Rows in lanes (a tile of tokens).
+
+// Scores of NRV row vectors (kWidth rows each) against keys [l0, l0 + kQkKeys) (kt points
+// at l0): s[l][r] = fma chain over d of qt[d][r] * kt[d][l], times scale.
 template <class V, int NRV>
 void score_block(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* s,
                  int64_t s_stride) {
@@ -68,85 +143,17 @@ void score_block_upto(int nrv, const float* qt, int64_t qt_stride, const float* 
   score_block<V, NRV>(qt, qt_stride, kt, d_head, scale, s, s_stride);
 }
 
-// acc[r][d0 .. d0 + NV * kWidth) = acc * correction[r], then += p(r, l) * v[l][...] for
-// lanes l in [lane_begin, lane_end) in order, one fma per element per key; p(r, l) is at
-// p[r * p_row + l * p_key].
-template <class V, int NR, int NV, class T>
-void accumulate_rows(const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
-                     int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
-  typename V::F a[NR][NV];
-  for (int r = 0; r < NR; ++r) {
-    const typename V::F c = V::set1(correction[r]);
-    for (int j = 0; j < NV; ++j) a[r][j] = V::mul(V::load(acc + r * d_head + j * V::kWidth), c);
-  }
-  for (int l = lane_begin; l < lane_end; ++l) {
-    typename V::F x[NV];
-    for (int j = 0; j < NV; ++j) x[j] = V::load(v + l * v_stride + j * V::kWidth);
-    for (int r = 0; r < NR; ++r) {
-      const typename V::F w = V::set1(p[r * p_row + l * p_key]);
-      for (int j = 0; j < NV; ++j) a[r][j] = V::fmadd(w, x[j], a[r][j]);
-    }
-  }
-  for (int r = 0; r < NR; ++r)
-    for (int j = 0; j < NV; ++j) V::store(acc + r * d_head + j * V::kWidth, a[r][j]);
-}
-
-template <class V, int NR, class T>
-void accumulate_rows_nv(int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
-                        int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
-  switch (nv) {
-    case 4: return accumulate_rows<V, NR, 4>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
-    case 3: return accumulate_rows<V, NR, 3>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
-    case 2: return accumulate_rows<V, NR, 2>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
-    default: return accumulate_rows<V, NR, 1>(p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
-  }
-}
-
-template <class V, int NR, class T>
-void accumulate_rows_upto(int nr, int nv, const float* p, int64_t p_row, int64_t p_key, const float* correction,
-                          const T* v, int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
-  if constexpr (NR > 1) {
-    if (nr < NR)
-      return accumulate_rows_upto<V, NR - 1>(nr, nv, p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end,
-                                             acc, d_head);
-  }
-  accumulate_rows_nv<V, NR>(nv, p, p_row, p_key, correction, v, v_stride, lane_begin, lane_end, acc, d_head);
-}
-
-// P * V for all rows, each row's rescale folded into the load of its accumulators:
-// kPvRows rows by up to 4 vectors of output at a time; the tail of d_head one element at
-// a time, in the same order.
-template <class V, class T>
-void accumulate_all(int64_t n_rows, const float* p, int64_t p_row, int64_t p_key, const float* correction, const T* v,
-                    int64_t v_stride, int lane_begin, int lane_end, float* acc, int64_t d_head) {
-  const int64_t d_vec = d_head / V::kWidth * V::kWidth;
-  for (int64_t d0 = 0; d0 < d_vec; d0 += 4 * V::kWidth) {
-    const int nv = static_cast<int>(std::min<int64_t>(4, (d_vec - d0) / V::kWidth));
-    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kPvRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(V::kPvRows, n_rows - r0));
-      accumulate_rows_upto<V, V::kPvRows>(nr, nv, p + r0 * p_row, p_row, p_key, correction + r0, v + d0, v_stride,
-                                          lane_begin, lane_end, acc + r0 * d_head + d0, d_head);
-    }
-  }
-  for (int64_t row = 0; row < n_rows && d_vec < d_head; ++row) {
-    float* a = acc + row * d_head;
-    for (int64_t d = d_vec; d < d_head; ++d) a[d] *= correction[row];
-    for (int l = lane_begin; l < lane_end; ++l)
-      for (int64_t d = d_vec; d < d_head; ++d) a[d] = std::fma(p[row * p_row + l * p_key], V::load1(v + l * v_stride + d), a[d]);
-  }
-}
-
 // The online softmax of kWidth rows (lanes) over the step's keys, s[l][row] -> p in
 // place: new max, correction = e(old max - new max) (exactly 1 when the max did not grow;
-// it multiplies zeros while a row is still empty), sum = sum * correction + sum16(p).
+// it multiplies zeros while a row is still empty), sum = sum * correction + the sum of p.
 template <class V>
-void softmax_rows(float* s, int64_t s_stride, const int32_t* row_bits, int lane_begin, int lane_end, float* max,
-                  float* sum, float* correction) {
+void softmax_rows(float* s, int64_t s_stride, const int32_t* row_lb, const int32_t* row_le, int lane_begin,
+                  int lane_end, float* max, float* sum, float* correction) {
   using F = typename V::F;
   const F minus_inf = V::set1(-INFINITY);
   F block_max = minus_inf;
   for (int l = lane_begin; l < lane_end; ++l) {
-    F x = V::blend(V::key_mask(row_bits, l), V::load(s + l * s_stride), minus_inf);
+    const F x = V::blend(V::key_mask(row_lb, row_le, l), V::load(s + l * s_stride), minus_inf);
     V::store(s + l * s_stride, x);
     block_max = V::max(block_max, x);
   }
@@ -154,53 +161,58 @@ void softmax_rows(float* s, int64_t s_stride, const int32_t* row_bits, int lane_
   const F c = V::exp(V::sub(old_max, new_max));
   auto p_at = [&](int l) {
     if (l < lane_begin || l >= lane_end) return V::zero();
-    const F p = V::maskz(V::key_mask(row_bits, l), V::exp(V::sub(V::load(s + l * s_stride), new_max)));
+    const F p = V::maskz(V::key_mask(row_lb, row_le, l), V::exp(V::sub(V::load(s + l * s_stride), new_max)));
     V::store(s + l * s_stride, p);
     return p;
   };
-  F w[8];
-  for (int i = 0; i < 8; ++i) w[i] = V::add(p_at(i), p_at(i + 8));
-  const F x0 = V::add(w[0], w[4]), x1 = V::add(w[1], w[5]), x2 = V::add(w[2], w[6]), x3 = V::add(w[3], w[7]);
-  const F total = V::add(V::add(x0, x2), V::add(x1, x3));
+  F total = V::zero();
+  for (int g = 0; g < kKeys / kGroup; ++g) {
+    const int base = g * kGroup;
+    F group_sum = V::zero();
+    if (base < lane_end && base + kGroup > lane_begin) {
+      F w[8];
+      for (int i = 0; i < 8; ++i) w[i] = V::add(p_at(base + i), p_at(base + i + 8));
+      const F x0 = V::add(w[0], w[4]), x1 = V::add(w[1], w[5]), x2 = V::add(w[2], w[6]), x3 = V::add(w[3], w[7]);
+      group_sum = V::add(V::add(x0, x2), V::add(x1, x3));
+    }
+    total = g == 0 ? group_sum : V::add(total, group_sum);
+  }
   V::store(sum, V::add(V::mul(V::load(sum), c), total));
   V::store(max, new_max);
   V::store(correction, c);
 }
 
-// Many rows (a tile of tokens): rows in vector lanes. Scores are a GEMM whose every packed
-// K element is broadcast for kQkRowVecs vectors of rows, and the softmax runs down the
-// keys for a vector of rows at a time, with no horizontal reductions.
+// Work shared by both layouts: K^T [d_pad][kKeys], then the layout's own.
 template <class V, class T>
-void step_rows_in_lanes(const AttentionTileStep<T>& st) {
+void step_rows_in_lanes(const AttentionTileStep<T>& st, const T* const* v_rows_in) {
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
   const int64_t rows_pad = round_up16(n_rows), d_pad = round_up16(d_head);
-  float* kt = st.work;                         // [d_pad][16] K^T
-  float* vf = kt + d_pad * kKeys;              // [16][d_head] V rows widened (f16 caches)
-  float* s = vf + kKeys * d_head;              // [16][rows_pad] scores, then p
+  float* kt = st.work;                         // [d_pad][kKeys] K^T
+  float* vf = kt + d_pad * kKeys;              // [kKeys][d_head] V rows as floats
+  float* s = vf + kKeys * d_head;              // [kKeys][rows_pad] scores, then p
   float* max = s + kKeys * rows_pad;           // [rows_pad]
   float* sum = max + rows_pad;                 // [rows_pad]
   float* correction = sum + rows_pad;          // [rows_pad]
-  auto* row_bits = reinterpret_cast<int32_t*>(correction + rows_pad);  // [rows_pad] lanes a row sees
-  V::pack_kt(st.k, st.row_stride, st.lane_begin, st.lane_end, d_head, kt);
-  const float* v = vf;
-  int64_t v_stride = d_head;
-  if constexpr (std::is_same_v<T, float>) {
-    v = st.v;
-    v_stride = st.row_stride;
-  } else {
-    const int64_t d_vec = d_head / V::kWidth * V::kWidth;
-    for (int l = st.lane_begin; l < st.lane_end; ++l) {
-      int64_t d = 0;
-      for (; d < d_vec; d += V::kWidth) V::store(vf + l * d_head + d, V::load(st.v + l * st.row_stride + d));
-      for (; d < d_head; ++d) vf[l * d_head + d] = V::load1(st.v + l * st.row_stride + d);
-    }
+  auto* row_lb = reinterpret_cast<int32_t*>(correction + rows_pad);  // [rows_pad] the lanes a row sees
+  int32_t* row_le = row_lb + rows_pad;                                // [rows_pad]
+
+  // V rows widened once for all the rows' accumulators.
+  const float* v_rows[kKeys];
+  const int64_t d_vec = d_head / V::kWidth * V::kWidth;
+  for (int l = st.lane_begin; l < st.lane_end; ++l) {
+    float* dst = vf + l * d_head;
+    const T* src = v_rows_in[l];
+    int64_t d = 0;
+    for (; d < d_vec; d += V::kWidth) V::store(dst + d, V::load(src + d));
+    for (; d < d_head; ++d) dst[d] = V::load1(src + d);
+    v_rows[l] = dst;
   }
   for (int64_t i = 0; i < st.n_tokens; ++i) {
-    const int lb = st.token_lane_begin[i], le = st.token_lane_end[i];
-    const auto bits = lb < le ? static_cast<int32_t>(((1u << le) - 1) & ~((1u << lb) - 1)) : 0;
-    std::fill(row_bits + i * st.n_heads, row_bits + (i + 1) * st.n_heads, bits);
+    std::fill(row_lb + i * st.n_heads, row_lb + (i + 1) * st.n_heads, st.token_lane_begin[i]);
+    std::fill(row_le + i * st.n_heads, row_le + (i + 1) * st.n_heads, st.token_lane_end[i]);
   }
-  std::fill(row_bits + n_rows, row_bits + rows_pad, 0);
+  std::fill(row_lb + n_rows, row_lb + rows_pad, 0);
+  std::fill(row_le + n_rows, row_le + rows_pad, 0);
   std::copy(st.max, st.max + n_rows, max);
   std::fill(max + n_rows, max + rows_pad, -INFINITY);
   std::copy(st.sum, st.sum + n_rows, sum);
@@ -220,22 +232,25 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st) {
   }
   if (st.softcap > 0)
     for (int64_t row = 0; row < n_rows; ++row)
-      for (int l = 0; l < kKeys; ++l)
-        if (row_bits[row] >> l & 1) s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
+      for (int l = row_lb[row]; l < row_le[row]; ++l)
+        s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
   for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
-    softmax_rows<V>(s + r0, rows_pad, row_bits + r0, st.lane_begin, st.lane_end, max + r0, sum + r0, correction + r0);
+    softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, max + r0, sum + r0,
+                    correction + r0);
 
-  accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v, v_stride, st.lane_begin, st.lane_end, st.acc, d_head);
+  accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v_rows, st.lane_begin, st.lane_end, st.acc, d_head);
   std::copy(max, max + n_rows, st.max);
   std::copy(sum, sum + n_rows, st.sum);
 }
 
+// --- Keys in lanes (few rows: decode).
 
-// Scores of NR rows, keys in lanes: acc[r][lane] = fma chain over d of qt[d][r] *
-// kt[d][lane], times scale, stored to p[r][16].
+// Scores of NR rows against the 16 keys kt points at: p[r][lane] = fma chain over d of
+// qt[d][r] * kt[d][lane], times scale.
 template <class V, int NR>
-void score_rows(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* p) {
-  constexpr int kV = kKeys / V::kWidth;
+void score_rows(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* p,
+                int64_t p_row) {
+  constexpr int kV = kGroup / V::kWidth;
   typename V::F acc[NR][kV];
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < kV; ++i) acc[r][i] = V::zero();
@@ -249,30 +264,34 @@ void score_rows(const float* qt, int64_t qt_stride, const float* kt, int64_t d_h
   }
   const typename V::F sc = V::set1(scale);
   for (int r = 0; r < NR; ++r)
-    for (int i = 0; i < kV; ++i) V::store(p + r * kKeys + i * V::kWidth, V::mul(acc[r][i], sc));
+    for (int i = 0; i < kV; ++i) V::store(p + r * p_row + i * V::kWidth, V::mul(acc[r][i], sc));
 }
 
 template <class V, int NR>
 void score_rows_upto(int nr, const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale,
-                     float* p) {
+                     float* p, int64_t p_row) {
   if constexpr (NR > 1) {
-    if (nr < NR) return score_rows_upto<V, NR - 1>(nr, qt, qt_stride, kt, d_head, scale, p);
+    if (nr < NR) return score_rows_upto<V, NR - 1>(nr, qt, qt_stride, kt, d_head, scale, p, p_row);
   }
-  score_rows<V, NR>(qt, qt_stride, kt, d_head, scale, p);
+  score_rows<V, NR>(qt, qt_stride, kt, d_head, scale, p, p_row);
 }
 
-// Few rows (decode: one token's heads): keys in vector lanes, so no lane is idle; the
-// softmax reduces across each row's lanes.
 template <class V, class T>
-void step_keys_in_lanes(const AttentionTileStep<T>& st) {
+void step_keys_in_lanes(const AttentionTileStep<T>& st, const T* const* k_rows, const T* const* v_rows) {
+  constexpr int kVecs = kKeys / V::kWidth, kGroupVecs = kGroup / V::kWidth;
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
-  float* kt = st.work;                              // [d_pad][16] K^T
-  float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][16] scores, then p
+  float* kt = st.work;                              // [d_pad][kKeys] K^T
+  float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][kKeys] scores, then p
   float* correction = p + n_rows * kKeys;           // [n_rows]
-  V::pack_kt(st.k, st.row_stride, st.lane_begin, st.lane_end, d_head, kt);
-  for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
-    const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
-    score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt, d_head, st.scale, p + r0 * kKeys);
+  const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
+  // K^T one group of 16 keys at a time, scored while it is in L1 (d_head 256: 16 KB).
+  for (int g = g_begin; g < g_end; ++g) {
+    V::pack_kt(k_rows, std::max(st.lane_begin, g * kGroup), std::min(st.lane_end, (g + 1) * kGroup), d_head, kt);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
+      score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt + g * kGroup, d_head, st.scale,
+                                        p + r0 * kKeys + g * kGroup, kKeys);
+    }
   }
   for (int64_t row = 0; row < n_rows; ++row) {
     float* pr = p + row * kKeys;
@@ -285,10 +304,12 @@ void step_keys_in_lanes(const AttentionTileStep<T>& st) {
     }
     if (st.softcap > 0)
       for (int l = lb; l < le; ++l) pr[l] = std::tanh(pr[l] / st.softcap) * st.softcap;
-    typename V::F x[kKeys / V::kWidth];
-    for (int i = 0; i < kKeys / V::kWidth; ++i)
-      x[i] = V::select(lb, le, i, V::load(pr + i * V::kWidth), V::set1(-INFINITY));
-    const float old_max = st.max[row], new_max = std::max(old_max, V::reduce_max(x));
+    typename V::F x[kVecs];
+    const int v_begin = g_begin * kGroupVecs, v_end = g_end * kGroupVecs;
+    for (int i = v_begin; i < v_end; ++i) x[i] = V::select(lb, le, i, V::load(pr + i * V::kWidth), V::set1(-INFINITY));
+    float block_max = -INFINITY;
+    for (int i = v_begin; i < v_end; ++i) block_max = std::max(block_max, V::reduce_max(x[i]));
+    const float old_max = st.max[row], new_max = std::max(old_max, block_max);
     if (new_max > old_max) {
       if (old_max != -INFINITY) {  // else the row is empty: nothing to rescale
         correction[row] = exp1<V>(old_max - new_max);
@@ -297,23 +318,52 @@ void step_keys_in_lanes(const AttentionTileStep<T>& st) {
       st.max[row] = new_max;
     }
     const typename V::F m = V::set1(new_max);
-    for (int i = 0; i < kKeys / V::kWidth; ++i) {
-      x[i] = V::select(lb, le, i, V::exp(V::sub(x[i], m)), V::zero());
-      V::store(pr + i * V::kWidth, x[i]);
+    float total = 0.0f;
+    for (int g = 0; g < kKeys / kGroup; ++g) {
+      float group_sum = 0.0f;
+      if (g >= g_begin && g < g_end) {
+        for (int i = g * kGroupVecs; i < (g + 1) * kGroupVecs; ++i) {
+          x[i] = V::select(lb, le, i, V::exp(V::sub(x[i], m)), V::zero());
+          V::store(pr + i * V::kWidth, x[i]);
+        }
+        group_sum = V::sum16(x + g * kGroupVecs);
+      }
+      total = g == 0 ? group_sum : total + group_sum;
     }
-    st.sum[row] += V::sum16(x);
+    st.sum[row] += total;
   }
-  accumulate_all<V>(n_rows, p, kKeys, 1, correction, st.v, st.row_stride, st.lane_begin, st.lane_end, st.acc, d_head);
+  // P * V a group of 16 keys at a time, so the V rows a pass over d reads stay in L1; the
+  // rescale goes with the first group (then times 1, which changes no bits).
+  for (int g = g_begin; g < g_end; ++g) {
+    accumulate_all<V>(n_rows, p, kKeys, 1, correction, v_rows, std::max(st.lane_begin, g * kGroup),
+                      std::min(st.lane_end, (g + 1) * kGroup), st.acc, d_head);
+    std::fill(correction, correction + n_rows, 1.0f);
+  }
 }
 
 // The two layouts give the same bits (both are the scalar step's arithmetic); the choice
-// only follows the number of rows.
+// only follows the number of rows. Null rows (keys of blocks no row sees) read as zeros.
 template <class V, class T>
 void tile_step(const AttentionTileStep<T>& st) {
-  if (st.n_tokens * st.n_heads <= 8)
-    step_keys_in_lanes<V>(st);
-  else
-    step_rows_in_lanes<V>(st);
+  const int64_t n_rows = st.n_tokens * st.n_heads;
+  // The zero row sits at the end of the work space (attention_tile_work_floats).
+  const int64_t rows_pad = round_up16(n_rows);
+  float* zeros = st.work + (round_up16(st.d_head) + st.d_head + rows_pad) * kKeys + 5 * rows_pad;
+  std::fill(zeros, zeros + st.d_head, 0.0f);
+  const T* zero_row = reinterpret_cast<const T*>(zeros);
+  const T* k_rows[kKeys];
+  const T* v_rows[kKeys];
+  for (int l = 0; l < kKeys; ++l) {
+    const bool in = l >= st.lane_begin && l < st.lane_end;
+    k_rows[l] = in && st.k_rows[l] ? st.k_rows[l] : zero_row;
+    v_rows[l] = in && st.v_rows[l] ? st.v_rows[l] : zero_row;
+  }
+  if (n_rows <= 8) {
+    step_keys_in_lanes<V>(st, k_rows, v_rows);
+  } else {
+    V::pack_kt(k_rows, st.lane_begin, st.lane_end, st.d_head, st.work);
+    step_rows_in_lanes<V>(st, v_rows);
+  }
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cmath>
+#include <limits>
 #include <random>
 #include <type_traits>
 #include <vector>
@@ -33,6 +34,8 @@ std::vector<Isa> all_isas() {
   return v;
 }
 
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
 const char* name(Isa isa) { return isa == Isa::kScalar ? "scalar" : isa == Isa::kAvx2 ? "avx2" : "avx512"; }
 
 template <class T>
@@ -49,11 +52,13 @@ uint16_t to_cache(float x, uint16_t) { return fp32_to_fp16(x); }
 float to_cache(float x, float) { return x; }
 
 // Two steps in a row (so the second rescales states the first left) over random lanes
-// per token, some empty; every ISA's states must equal the scalar step's bits.
+// per token, some empty, and rows no token sees left null; every ISA's states must equal
+// the scalar step's bits.
 template <class T>
 void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap, uint32_t seed) {
   SCOPED_TRACE(::testing::Message() << "tokens " << n_tokens << " heads " << n_heads << " d_head " << d_head
                                     << " softcap " << softcap << " seed " << seed);
+  constexpr int kKeys = kAttentionStepKeys;
   const int64_t n_rows = n_tokens * n_heads, row_stride = d_head + 3;
   const auto q = random_floats(n_rows * d_head, seed);
   const int64_t qt_stride = (n_rows + 15) / 16 * 16;
@@ -61,13 +66,13 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
   for (int64_t row = 0; row < n_rows; ++row)
     for (int64_t d = 0; d < d_head; ++d) qt[d * qt_stride + row] = q[row * d_head + d];
   std::vector<T> k, v;
-  for (float x : random_floats(16 * row_stride, seed + 1, 2.0f)) k.push_back(to_cache(x, T{}));
-  for (float x : random_floats(16 * row_stride, seed + 2)) v.push_back(to_cache(x, T{}));
+  for (float x : random_floats(kKeys * row_stride, seed + 1, 2.0f)) k.push_back(to_cache(x, T{}));
+  for (float x : random_floats(kKeys * row_stride, seed + 2)) v.push_back(to_cache(x, T{}));
   std::mt19937 rng(seed);
   std::vector<std::vector<int>> begins(2), ends(2);
   for (int s = 0; s < 2; ++s)
     for (int64_t i = 0; i < n_tokens; ++i) {
-      int a = static_cast<int>(rng() % 17), b = static_cast<int>(rng() % 17);
+      int a = static_cast<int>(rng() % (kKeys + 1)), b = static_cast<int>(rng() % (kKeys + 1));
       if (a > b) std::swap(a, b);
       if (rng() % 5 == 0) a = b = 0;  // a token that sees none of these keys
       begins[s].push_back(a);
@@ -77,9 +82,23 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
   for (Isa isa : all_isas()) {
     SCOPED_TRACE(name(isa));
     std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
-    std::vector<float> work(attention_tile_work_floats(n_rows, d_head));
+    std::vector<float> work(attention_tile_work_floats(n_rows, d_head), kNaN);
     for (int s = 0; s < 2; ++s) {
       AttentionTileStep<T> st;
+      st.lane_begin = kKeys;
+      st.lane_end = 0;
+      for (int64_t i = 0; i < n_tokens; ++i)
+        if (begins[s][i] < ends[s][i])
+          st.lane_begin = std::min(st.lane_begin, begins[s][i]), st.lane_end = std::max(st.lane_end, ends[s][i]);
+      if (st.lane_begin >= st.lane_end) continue;
+      std::vector<const T*> k_rows(kKeys, nullptr), v_rows(kKeys, nullptr);
+      for (int l = st.lane_begin; l < st.lane_end; ++l) {
+        bool seen = false;
+        for (int64_t i = 0; i < n_tokens; ++i) seen = seen || (begins[s][i] <= l && l < ends[s][i]);
+        if (!seen) continue;  // between the tokens' lanes: may be a recycled block
+        k_rows[l] = k.data() + l * row_stride;
+        v_rows[l] = v.data() + l * row_stride;
+      }
       st.qt = qt.data();
       st.qt_stride = qt_stride;
       st.q = q.data();
@@ -87,15 +106,8 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
       st.n_tokens = n_tokens;
       st.n_heads = n_heads;
       st.d_head = d_head;
-      st.k = k.data();
-      st.v = v.data();
-      st.row_stride = row_stride;
-      st.lane_begin = 16;
-      st.lane_end = 0;
-      for (int64_t i = 0; i < n_tokens; ++i)
-        if (begins[s][i] < ends[s][i])
-          st.lane_begin = std::min(st.lane_begin, begins[s][i]), st.lane_end = std::max(st.lane_end, ends[s][i]);
-      if (st.lane_begin >= st.lane_end) continue;
+      st.k_rows = k_rows.data();
+      st.v_rows = v_rows.data();
       st.token_lane_begin = begins[s].data();
       st.token_lane_end = ends[s].data();
       st.scale = 0.7f;
