@@ -1,8 +1,12 @@
-// Shared helpers for the kernel tests: seeded random data and the tolerance check.
+// Shared helpers for the kernel tests: seeded random data, the tolerance check, and a
+// paged KV cache for the attention tests.
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -22,10 +26,6 @@ inline bool close(double got, double ref, double abs = 1e-5, double rel = 1e-4) 
 }
 
 }  // namespace ridge::kernels::testing
-
-#include <algorithm>
-#include <limits>
-#include <numeric>
 
 namespace ridge::kernels::testing {
 
