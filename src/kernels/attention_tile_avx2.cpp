@@ -90,27 +90,21 @@ struct Avx2 {
   static F blend(Mask m, F a, F b) { return _mm256_blendv_ps(b, a, m); }
   static F maskz(Mask m, F a) { return _mm256_and_ps(m, a); }
 
-  // kt[d][l] = k_rows[l][d] for the 16-lane groups that lanes [lane_begin, lane_end)
-  // touch (every lane has a row: a zero row outside the range).
+  // kt[d * kt_stride + i] = rows[i][d] for the 16 rows of a group (a zero row outside the
+  // step's lanes), 8 rows at a time.
   template <class T>
-  static void pack_kt(const T* const* k_rows, int lane_begin, int lane_end, int64_t d_head, float* kt) {
+  static void pack_group(const T* const* rows, int64_t d_head, float* kt, int64_t kt_stride) {
     const int64_t d8 = d_head / 8 * 8;
-    for (int h = lane_begin / 16 * 16; h < (lane_end + 15) / 16 * 16; h += 8) {
+    for (int h = 0; h < 16; h += 8) {
       for (int64_t d0 = 0; d0 < d8; d0 += 8) {
         __m256 r[8];
-        for (int i = 0; i < 8; ++i) {
-          const int l = h + i;
-          r[i] = load(k_rows[l] + d0);
-        }
+        for (int i = 0; i < 8; ++i) r[i] = load(rows[h + i] + d0);
         transpose8(r);
-        for (int i = 0; i < 8; ++i) store(kt + (d0 + i) * kKeys + h, r[i]);
+        for (int i = 0; i < 8; ++i) store(kt + (d0 + i) * kt_stride + h, r[i]);
       }
-      for (int64_t d = d8; d < d_head; ++d)
-        for (int i = 0; i < 8; ++i) {
-          const int l = h + i;
-          kt[d * kKeys + h + i] = load1(k_rows[l] + d);
-        }
     }
+    for (int64_t d = d8; d < d_head; ++d)
+      for (int i = 0; i < 16; ++i) kt[d * kt_stride + i] = load1(rows[i] + d);
   }
 };
 

@@ -116,27 +116,19 @@ struct Avx512 {
   static F blend(Mask m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
   static F maskz(Mask m, F a) { return _mm512_maskz_mov_ps(m, a); }
 
-  // kt[d][l] = k_rows[l][d] for the 16-lane groups that lanes [lane_begin, lane_end)
-  // touch (every lane has a row: a zero row outside the range).
+  // kt[d * kt_stride + i] = rows[i][d] for the 16 rows of a group (a zero row outside the
+  // step's lanes).
   template <class T>
-  static void pack_kt(const T* const* k_rows, int lane_begin, int lane_end, int64_t d_head, float* kt) {
+  static void pack_group(const T* const* rows, int64_t d_head, float* kt, int64_t kt_stride) {
     const int64_t d16 = d_head / 16 * 16;
-    for (int g = lane_begin / 16 * 16; g < lane_end; g += 16) {
-      for (int64_t d0 = 0; d0 < d16; d0 += 16) {
-        __m512 r[16];
-        for (int i = 0; i < 16; ++i) {
-          const int l = g + i;
-          r[i] = load(k_rows[l] + d0);
-        }
-        transpose16(r);
-        for (int i = 0; i < 16; ++i) store(kt + (d0 + i) * kKeys + g, r[i]);
-      }
-      for (int64_t d = d16; d < d_head; ++d)
-        for (int i = 0; i < 16; ++i) {
-          const int l = g + i;
-          kt[d * kKeys + g + i] = load1(k_rows[l] + d);
-        }
+    for (int64_t d0 = 0; d0 < d16; d0 += 16) {
+      __m512 r[16];
+      for (int i = 0; i < 16; ++i) r[i] = load(rows[i] + d0);
+      transpose16(r);
+      for (int i = 0; i < 16; ++i) store(kt + (d0 + i) * kt_stride, r[i]);
     }
+    for (int64_t d = d16; d < d_head; ++d)
+      for (int i = 0; i < 16; ++i) kt[d * kt_stride + i] = load1(rows[i] + d);
   }
 };
 

@@ -12,7 +12,7 @@
 // V provides: F (kWidth floats), zero, load (float / f16), load1, store, set1, fmadd(a, b,
 // c) = a * b + c rounded once, mul, add, sub, max, exp (the shared polynomial); for rows
 // in lanes Mask, key_mask, blend, maskz; for keys in lanes select, reduce_max, sum16; and
-// pack_kt.
+// pack_group (16 K rows transposed into kt[d][0..16), rows kt_stride floats apart).
 #pragma once
 
 #include <algorithm>
@@ -245,18 +245,19 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st, const T* const* v_rows_i
 
 // --- Keys in lanes (few rows: decode).
 
-// Scores of NR rows against the 16 keys kt points at: p[r][lane] = fma chain over d of
-// qt[d][r] * kt[d][lane], times scale.
+// Scores of NR rows against one group of 16 keys, kt = its K^T [d][16]: p[r][lane] = fma
+// chain over d of qt[d][r] * kt[d][lane], times scale.
 template <class V, int NR>
 void score_rows(const float* qt, int64_t qt_stride, const float* kt, int64_t d_head, float scale, float* p,
                 int64_t p_row) {
+  constexpr int64_t kt_stride = kGroup;  // a group packed on its own
   constexpr int kV = kGroup / V::kWidth;
   typename V::F acc[NR][kV];
   for (int r = 0; r < NR; ++r)
     for (int i = 0; i < kV; ++i) acc[r][i] = V::zero();
   for (int64_t d = 0; d < d_head; ++d) {
     typename V::F k[kV];
-    for (int i = 0; i < kV; ++i) k[i] = V::load(kt + d * kKeys + i * V::kWidth);
+    for (int i = 0; i < kV; ++i) k[i] = V::load(kt + d * kt_stride + i * V::kWidth);
     for (int r = 0; r < NR; ++r) {
       const typename V::F q = V::set1(qt[d * qt_stride + r]);
       for (int i = 0; i < kV; ++i) acc[r][i] = V::fmadd(q, k[i], acc[r][i]);
@@ -284,12 +285,14 @@ void step_keys_in_lanes(const AttentionTileStep<T>& st, const T* const* k_rows, 
   float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][kKeys] scores, then p
   float* correction = p + n_rows * kKeys;           // [n_rows]
   const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
-  // K^T one group of 16 keys at a time, scored while it is in L1 (d_head 256: 16 KB).
+  // K^T one group of 16 keys at a time, packed densely ([d][16], 16 KB at d_head 256) and
+  // scored while it is in L1: a [d][64] layout's 256-byte stride would crowd a quarter of
+  // the L1 sets.
   for (int g = g_begin; g < g_end; ++g) {
-    V::pack_kt(k_rows, std::max(st.lane_begin, g * kGroup), std::min(st.lane_end, (g + 1) * kGroup), d_head, kt);
+    V::pack_group(k_rows + g * kGroup, d_head, kt, kGroup);
     for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
       const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
-      score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt + g * kGroup, d_head, st.scale,
+      score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt, d_head, st.scale,
                                         p + r0 * kKeys + g * kGroup, kKeys);
     }
   }
@@ -361,7 +364,8 @@ void tile_step(const AttentionTileStep<T>& st) {
   if (n_rows <= 8) {
     step_keys_in_lanes<V>(st, k_rows, v_rows);
   } else {
-    V::pack_kt(k_rows, st.lane_begin, st.lane_end, st.d_head, st.work);
+    for (int g = st.lane_begin / kGroup; g * kGroup < st.lane_end; ++g)
+      V::pack_group(k_rows + g * kGroup, st.d_head, st.work + g * kGroup, kKeys);
     step_rows_in_lanes<V>(st, v_rows);
   }
 }
