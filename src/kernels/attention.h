@@ -1,7 +1,7 @@
 // FlashAttention-style attention of new query tokens over a paged KV cache: each item (up
 // to 16 consecutive query tokens of a sequence, by the query heads that share one KV
-// head) walks the sequence's keys once in steps of at most 16, keeping a running max and
-// running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
+// head) walks the sequence's keys once in steps of 64 aligned positions, keeping a
+// running max and running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
 // small matrix products (AttentionTileStep: scores of the rows against the step's keys,
 // then P * V) with register-blocked AVX-512 and AVX2 kernels; the causal and window
 // masks touch only the steps a row partly sees. Decode is an item of one token; when
