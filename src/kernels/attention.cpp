@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/quant.h"
 #include "kernels/dot.h"
 #include "kernels/gemm.h"
 
@@ -25,38 +27,55 @@ struct Shape {
   int64_t n_head, n_kv_head, n_rep, d_head, block_size, n_blocks;
 };
 
-// A partial (or running) softmax state for the heads of an item (at most n_rep).
+// Tiles: a sequence's consecutive query tokens (a prefill chunk, a speculative step's
+// drafts) processed together per KV head, so each K/V block is read once for all of
+// them and the scores and P * V are small matrix products (AttentionTileStep). A single
+// token is a tile of one, so every token goes through the same steps whatever tile it
+// is in, and its output has the same bits.
+constexpr int64_t kMaxTileTokens = 16;
+
+// Partial (or running) softmax states of rows (tokens x heads of a group).
 struct Partial {
-  float* acc;  // [n_rep][d_head] unnormalized output
-  float* max;  // [n_rep] running max
-  float* sum;  // [n_rep] running sum of exp(score - max)
+  float* acc;  // [rows][d_head] unnormalized output
+  float* max;  // [rows] running max
+  float* sum;  // [rows] running sum of exp(score - max)
 };
 
-size_t partial_floats(const Shape& s) { return static_cast<size_t>(s.n_rep * (s.d_head + 2)); }
+int64_t max_rows(const Shape& s) { return kMaxTileTokens * s.n_rep; }
+// Rows of a tile's transposed queries, padded to whole vectors.
+int64_t qt_stride(int64_t n_rows) { return (n_rows + 15) / 16 * 16; }
+size_t partial_floats(int64_t rows, const Shape& s) { return static_cast<size_t>(rows * (s.d_head + 2)); }
 
-Partial partial_at(float* base, const Shape& s) {
-  return Partial{base, base + s.n_rep * s.d_head, base + s.n_rep * s.d_head + s.n_rep};
+Partial partial_at(float* base, int64_t rows, const Shape& s) {
+  return Partial{base, base + rows * s.d_head, base + rows * s.d_head + rows};
 }
 
-void clear(const Partial& p, const Shape& s, int64_t n_heads) {
-  std::fill(p.acc, p.acc + n_heads * s.d_head, 0.0f);
-  std::fill(p.max, p.max + n_heads, -INFINITY);
-  std::fill(p.sum, p.sum + n_heads, 0.0f);
+// The states from row `row` on.
+Partial rows_from(const Partial& p, int64_t row, const Shape& s) {
+  return Partial{p.acc + row * s.d_head, p.max + row, p.sum + row};
 }
 
-// Per-thread scratch carved for one item: the running total, one chunk's partial and one
-// block's scores.
-struct ItemScratch {
-  Partial total;
-  Partial chunk;
-  float* scores;  // [n_rep][block_size]
+void clear(const Partial& p, const Shape& s, int64_t n_rows) {
+  std::fill(p.acc, p.acc + n_rows * s.d_head, 0.0f);
+  std::fill(p.max, p.max + n_rows, -INFINITY);
+  std::fill(p.sum, p.sum + n_rows, 0.0f);
+}
+
+// Per-thread scratch: a tile's running totals and one chunk's partials, its queries
+// transposed, and the step's work space.
+struct TileScratch {
+  Partial total, chunk;
+  float* qt;    // [d_head][rows]
+  float* work;  // attention_tile_work_floats(rows, d_head)
 };
 
-ItemScratch carve(float* base, const Shape& s) {
-  ItemScratch it;
-  it.total = partial_at(base, s);
-  it.chunk = partial_at(base + partial_floats(s), s);
-  it.scores = base + 2 * partial_floats(s);
+TileScratch carve(float* base, const Shape& s) {
+  const int64_t rows = max_rows(s);
+  TileScratch it;
+  it.total = partial_at(base, rows, s);
+  it.chunk = partial_at(base + partial_floats(rows, s), rows, s);
+  it.qt = base + 2 * partial_floats(rows, s);
+  it.work = it.qt + qt_stride(rows) * s.d_head;
   return it;
 }
 
@@ -74,8 +93,8 @@ void check_sequence(const AttentionSequence& seq, size_t index, const Shape& s) 
                           " outside the ", seq.n_kv, " cached tokens"));
 }
 
-// The inner loops for K/V elements of type T, scalar or AVX2 (attention_avx2.cpp),
-// chosen once per call.
+// The per-row inner loops for K/V elements of type T, scalar or AVX2 (attention_avx2.cpp,
+// attention_kv_quant*.cpp): the step of the caches without a tiled one (bf16, Q8_0, Q4_0).
 template <class T>
 struct AttentionOps {
   void (*scores)(const float* q, int64_t n_rep, int64_t d_head, const T* k, int64_t row_stride, int64_t count,
@@ -87,24 +106,87 @@ struct AttentionOps {
 
 template <class T>
 AttentionOps<T> ops_for(Isa isa) {
-  if (isa == Isa::kAvx2) return {attention_scores_avx2, attention_exp_sum_avx2, attention_accumulate_avx2};
+  if (isa != Isa::kScalar) return {attention_scores_avx2, attention_exp_sum_avx2, attention_accumulate_avx2};
   return {attention_scores_scalar, attention_exp_sum_scalar, attention_accumulate_scalar};
 }
 
-// Items are (sequence, token, kv head, query heads [r0, r0 + n_heads) of the group) in
-// order. An item is usually the whole group; when items are fewer than threads (decode
-// of one sequence over few KV heads) the group is cut into parts. Each head's arithmetic
-// is the same either way, so the cut does not change any bits.
+// Q8_0 and Q4_0 K dot a query quantized to Q8_0 blocks.
+template <class T>
+constexpr bool kQuantizedQuery = std::is_same_v<T, BlockQ8_0> || std::is_same_v<T, BlockQ4_0>;
+
+// A step from the per-row loops: per token, scores its lanes for its heads, rescales each
+// head's state once for the lanes' max, and adds p * V over those lanes only.
+template <class T, Isa kIsa>
+void step_by_rows(const AttentionTileStep<T>& st) {
+  const AttentionOps<T> ops = ops_for<T>(kIsa);
+  constexpr int64_t kStride = 16;
+  float* scores_rows = st.work;  // [n_heads][16]
+  for (int64_t i = 0; i < st.n_tokens; ++i) {
+    const int64_t row0 = i * st.n_heads;
+    for (int l0 = st.token_lane_begin[i]; l0 < st.token_lane_end[i];) {
+      int l1 = l0 + 1;  // the run [l0, l1): one 16-lane group, one cache block
+      while (l1 < st.token_lane_end[i] && l1 % 16 != 0 && !(st.block_starts >> l1 & 1)) ++l1;
+      const int64_t count = l1 - l0;
+      const T* k = st.k_rows[l0];
+      const T* v = st.v_rows[l0];
+      l0 = l1;
+      if constexpr (kQuantizedQuery<T>) {  // the tile's queries, quantized once
+        const BlockQ8_0* q8 = st.q8 + row0 * (st.d_head / kQK8_0);
+        if (kIsa == Isa::kScalar)
+          attention_scores_scalar(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
+        else
+          attention_scores_avx2(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
+      } else {
+        ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, k, st.row_stride, count, st.scale,
+                   scores_rows, kStride);
+      }
+      for (int64_t r = 0; r < st.n_heads; ++r) {
+        float* scores = scores_rows + r * kStride;
+        float& max = st.max[row0 + r];
+        if (st.softcap > 0)
+          for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / st.softcap) * st.softcap;
+        float block_max = scores[0];
+        for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
+        const float new_max = std::max(max, block_max);
+        if (new_max > max) {
+          const float correction = std::exp(max - new_max);  // 0 on the first block
+          st.sum[row0 + r] *= correction;
+          float* acc = st.acc + (row0 + r) * st.d_head;
+          for (int64_t d = 0; d < st.d_head; ++d) acc[d] *= correction;
+          max = new_max;
+        }
+        st.sum[row0 + r] += ops.exp_sum(scores, count, new_max);
+      }
+      ops.accumulate(scores_rows, kStride, st.n_heads, v, st.row_stride, count, st.d_head, st.acc + row0 * st.d_head,
+                     st.d_head);
+    }
+  }
+}
+
+template <class T>
+using TileStep = void (*)(const AttentionTileStep<T>&);
+
+template <class T>
+TileStep<T> step_for(Isa isa) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+    if (isa == Isa::kAvx512) return attention_tile_step_avx512;
+    if (isa == Isa::kAvx2) return attention_tile_step_avx2;
+    return attention_tile_step_scalar;
+  } else {
+    return isa == Isa::kScalar ? step_by_rows<T, Isa::kScalar> : step_by_rows<T, Isa::kAvx2>;
+  }
+}
+
+// Items are (sequence, tokens [t, t + n_t), kv head, query heads [r0, r0 + n_heads) of the
+// group) in order. An item is usually the whole group; when items are fewer than threads
+// (decode of one sequence over few KV heads) the group is cut into parts. Each head's
+// arithmetic is the same either way, so the cut does not change any bits.
 struct ItemRef {
   const AttentionSequence* seq;
   int64_t t, g, r0, n_heads;
-  int64_t n_t = 1;  // tokens t .. t + n_t - 1 (a tile: see attend_tile)
+  int64_t n_t = 1;
 };
 
-// One block's count keys for n_heads query heads whose scores (rows of block_size floats)
-// are computed: per head, rescales the running state once for the block's max (not once
-// per key) and turns the scores into exp(score - max), then adds p * V. Both attention
-// paths (per token, per tile) call it with the same keys, so they agree bit for bit.
 // Units of T in one cache row (all KV heads of one position), and the offset of KV head g
 // in it.
 template <class T>
@@ -116,65 +198,112 @@ int64_t unit_head_offset(const Shape& s, int64_t g) {
   return g * s.d_head / kKvValuesPerUnit<T>;
 }
 
-template <class T>
-void add_block(const T* v_rows, int64_t count, float* scores_rows, int64_t n_heads,
-               const Shape& s, const AttentionParams& params, const Partial& out, const AttentionOps<T>& ops) {
-  const int64_t row_stride = unit_row_stride<T>(s);
-  for (int64_t r = 0; r < n_heads; ++r) {
-    float* scores = scores_rows + r * s.block_size;
-    if (params.softcap > 0)
-      for (int64_t jj = 0; jj < count; ++jj) scores[jj] = std::tanh(scores[jj] / params.softcap) * params.softcap;
-    float block_max = scores[0];
-    for (int64_t jj = 1; jj < count; ++jj) block_max = std::max(block_max, scores[jj]);
-    const float new_max = std::max(out.max[r], block_max);
-    if (new_max > out.max[r]) {
-      const float correction = std::exp(out.max[r] - new_max);  // 0 on the first block
-      out.sum[r] *= correction;
-      float* acc = out.acc + r * s.d_head;
-      for (int64_t d = 0; d < s.d_head; ++d) acc[d] *= correction;
-      out.max[r] = new_max;
-    }
-    out.sum[r] += ops.exp_sum(scores, count, new_max);
-  }
-  ops.accumulate(scores_rows, s.block_size, n_heads, v_rows, row_stride, count, s.d_head, out.acc, s.d_head);
+const float* query_of(const ItemRef& item, int64_t i, const Shape& s) {
+  return item.seq->q + ((item.t + i) * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
 }
 
-// One item over the keys of one chunk, [j_begin, j_end): walks them block by block; per
-// block, scores all keys, rescales the accumulators once (not once per key) and adds
-// p * V. `out` is cleared first.
+// qt[d][i * n_heads + r] = the query of head r of token i; zero past the rows.
+void transpose_queries(const ItemRef& item, const Shape& s, float* qt) {
+  const int64_t n_rows = item.n_t * item.n_heads, stride = qt_stride(n_rows);
+  std::fill(qt, qt + s.d_head * stride, 0.0f);
+  for (int64_t i = 0; i < item.n_t; ++i) {
+    const float* q = query_of(item, i, s);
+    for (int64_t r = 0; r < item.n_heads; ++r)
+      for (int64_t d = 0; d < s.d_head; ++d) qt[d * stride + i * item.n_heads + r] = q[r * s.d_head + d];
+  }
+}
+
+// The item's queries as its steps take them, into `buffer` (a TileScratch's qt): transposed
+// for the tiled steps, quantized to Q8_0 rows for Q8_0/Q4_0 K, nothing for bf16.
+template <class T>
+void prepare_queries(const ItemRef& item, const Shape& s, float* buffer) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+    transpose_queries(item, s, buffer);
+  } else if constexpr (kQuantizedQuery<T>) {
+    auto* q8 = reinterpret_cast<BlockQ8_0*>(buffer);  // fits: 34 bytes per 32 values, qt has 128
+    for (int64_t i = 0; i < item.n_t; ++i)
+      quantize_row_q8_0(query_of(item, i, s), q8 + i * item.n_heads * (s.d_head / kQK8_0), item.n_heads * s.d_head);
+  }
+}
+
+// The item's tokens over the keys of one chunk, token i over [begin[i], end[i]) (possibly
+// empty): walks the keys in steps of kAttentionStepKeys aligned positions (so a key's lane
+// does not depend on the tile), skipping those no token sees. `out` is cleared first.
 template <class T>
 void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                   int64_t j_begin, int64_t j_end, const Partial& out, const ItemScratch& it,
-                   const AttentionOps<T>& ops) {
+                   const int64_t* begin, const int64_t* end, const Partial& out, const float* qt, float* work,
+                   TileStep<T> step) {
   const AttentionSequence& seq = *item.seq;
-  const int64_t t = item.t, g = item.g, n_heads = item.n_heads;
-  const int64_t pos = seq.q_pos[t];
-  const int64_t row_stride = unit_row_stride<T>(s);
-  const float* q = seq.q + (t * s.n_head + g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
-  clear(out, s, n_heads);
-
-  for (int64_t j0 = j_begin; j0 < j_end;) {
-    const int64_t table_index = j0 / s.block_size;
-    const int64_t j1 = std::min(j_end, (table_index + 1) * s.block_size);
-    const int64_t count = j1 - j0;
-    const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
-    if (block < 0 || block >= s.n_blocks)
-      throw Error(str_cat("attention: block table entry ", table_index, " is ", block,
-                          " but holds keys ", j0, "..", j1 - 1, " inside the window of position ", pos,
-                          " (pool has ", s.n_blocks, " blocks)"));
-    const int64_t first_row = (static_cast<int64_t>(block) * s.block_size + j0 % s.block_size);
-    const T* k_rows = kv.k + first_row * row_stride + unit_head_offset<T>(s, g);
-    const T* v_rows = kv.v + first_row * row_stride + unit_head_offset<T>(s, g);
-
-    ops.scores(q, n_heads, s.d_head, k_rows, row_stride, count, params.scale, it.scores, s.block_size);
-    add_block(v_rows, count, it.scores, n_heads, s, params, out, ops);
-    j0 = j1;
+  const int64_t n_t = item.n_t, row_stride = unit_row_stride<T>(s);
+  clear(out, s, n_t * item.n_heads);
+  int64_t lo = INT64_MAX, hi = -1;
+  for (int64_t i = 0; i < n_t; ++i)
+    if (begin[i] < end[i]) lo = std::min(lo, begin[i]), hi = std::max(hi, end[i]);
+  constexpr int64_t kStepKeys = kAttentionStepKeys;
+  int lane_begin[kMaxTileTokens], lane_end[kMaxTileTokens];
+  AttentionTileStep<T> st;
+  st.qt = qt;
+  st.qt_stride = qt_stride(n_t * item.n_heads);
+  if constexpr (kQuantizedQuery<T>) st.q8 = reinterpret_cast<const BlockQ8_0*>(qt);
+  st.q = query_of(item, 0, s);
+  st.q_token_stride = s.n_head * s.d_head;
+  st.n_tokens = n_t;
+  st.n_heads = item.n_heads;
+  st.d_head = s.d_head;
+  st.row_stride = row_stride;
+  st.token_lane_begin = lane_begin;
+  st.token_lane_end = lane_end;
+  st.scale = params.scale;
+  st.softcap = params.softcap;
+  st.acc = out.acc;
+  st.max = out.max;
+  st.sum = out.sum;
+  st.work = work;
+  const T* k_rows[kStepKeys];
+  const T* v_rows[kStepKeys];
+  st.k_rows = k_rows;
+  st.v_rows = v_rows;
+  for (int64_t w0 = lo / kStepKeys * kStepKeys; w0 < hi; w0 += kStepKeys) {
+    int union_begin = kStepKeys, union_end = 0;
+    for (int64_t i = 0; i < n_t; ++i) {
+      const int64_t k0 = std::max(begin[i], w0), k1 = std::min(end[i], w0 + kStepKeys);
+      lane_begin[i] = k0 < k1 ? static_cast<int>(k0 - w0) : 0;
+      lane_end[i] = k0 < k1 ? static_cast<int>(k1 - w0) : 0;
+      if (k0 < k1) union_begin = std::min(union_begin, lane_begin[i]), union_end = std::max(union_end, lane_end[i]);
+    }
+    if (union_begin >= union_end) continue;  // between two tokens' windows
+    // The lanes' rows, block by block; a block no token sees (between two windows) may be
+    // recycled, so its lanes stay null.
+    st.block_starts = 0;
+    for (int64_t j = w0 + union_begin; j < w0 + union_end;) {
+      const int64_t table_index = j / s.block_size;
+      const int64_t run_end = std::min(w0 + union_end, (table_index + 1) * s.block_size);
+      const int l0 = static_cast<int>(j - w0), l1 = static_cast<int>(run_end - w0);
+      if (j % s.block_size == 0) st.block_starts |= uint64_t{1} << l0;
+      bool seen = false;
+      for (int64_t i = 0; i < n_t && !seen; ++i) seen = lane_begin[i] < l1 && lane_end[i] > l0;
+      const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
+      if (seen && (block < 0 || block >= s.n_blocks))
+        throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ", j, "..",
+                            run_end - 1, " inside the window of position ", seq.q_pos[item.t + n_t - 1],
+                            " (pool has ", s.n_blocks, " blocks)"));
+      const int64_t first_row = static_cast<int64_t>(block) * s.block_size + j % s.block_size;
+      for (int l = l0; l < l1; ++l) {
+        const int64_t at = (first_row + (l - l0)) * row_stride + unit_head_offset<T>(s, item.g);
+        k_rows[l] = seen ? kv.k + at : nullptr;
+        v_rows[l] = seen ? kv.v + at : nullptr;
+      }
+      j = run_end;
+    }
+    st.lane_begin = union_begin;
+    st.lane_end = union_end;
+    step(st);
   }
 }
 
 // total <- total (+) part, the online-softmax merge of two disjoint key ranges.
-void merge(const Partial& total, const Partial& part, const Shape& s, int64_t n_heads) {
-  for (int64_t r = 0; r < n_heads; ++r) {
+void merge(const Partial& total, const Partial& part, const Shape& s, int64_t n_rows) {
+  for (int64_t r = 0; r < n_rows; ++r) {
     const float new_max = std::max(total.max[r], part.max[r]);
     const float a = std::exp(total.max[r] - new_max);  // 0 while total is empty
     const float b = std::exp(part.max[r] - new_max);
@@ -186,11 +315,13 @@ void merge(const Partial& total, const Partial& part, const Shape& s, int64_t n_
   }
 }
 
-void write_output(const Partial& total, const ItemRef& item, const Shape& s) {
-  float* out = item.seq->out + (item.t * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;
+// Token i of the item from its rows of `total`.
+void write_output(const Partial& total, const ItemRef& item, int64_t i, const Shape& s) {
+  float* out = item.seq->out + ((item.t + i) * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;
+  const Partial rows = rows_from(total, i * item.n_heads, s);
   for (int64_t r = 0; r < item.n_heads; ++r) {
-    const float inv_sum = 1.0f / total.sum[r];  // sum >= 1: the max key contributes exp(0)
-    for (int64_t d = 0; d < s.d_head; ++d) out[r * s.d_head + d] = total.acc[r * s.d_head + d] * inv_sum;
+    const float inv_sum = 1.0f / rows.sum[r];  // sum >= 1: the max key contributes exp(0)
+    for (int64_t d = 0; d < s.d_head; ++d) out[r * s.d_head + d] = rows.acc[r * s.d_head + d] * inv_sum;
   }
 }
 
@@ -208,94 +339,34 @@ void chunk_range(int64_t first, int64_t last, int64_t c, int64_t* begin, int64_t
   *end = std::min(last + 1, (c + 1) * kChunkKeys);
 }
 
-// One whole item on one thread: its chunks in order, merged as they come.
-template <class T>
-void attend_item(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                 const ItemScratch& it, const AttentionOps<T>& ops) {
-  int64_t first, last;
-  visible_keys(*item.seq, item.t, params, &first, &last);
-  clear(it.total, s, item.n_heads);
-  for (int64_t c = first / kChunkKeys; c <= last / kChunkKeys; ++c) {
-    int64_t begin, end;
-    chunk_range(first, last, c, &begin, &end);
-    chunk_partial(kv, item, s, params, begin, end, it.chunk, it, ops);
-    merge(it.total, it.chunk, s, item.n_heads);
-  }
-  write_output(it.total, item, s);
-}
-
-// Tiles: a sequence's consecutive query tokens (a prefill chunk, a speculative step's
-// drafts) processed together per KV head, so each K/V block is read from memory once for
-// all of them rather than once per token. Each token still walks exactly its own keys
-// chunk by chunk and block by block, through the same add_block, so its output has the
-// same bits as on the per-token path (the scores of a key do not depend on which other
-// keys or rows are computed with it).
-constexpr int64_t kMaxTileTokens = 16;
-
-struct TileScratch {
-  float* totals;  // [n_t] partials
-  float* chunks;  // [n_t] partials
-  float* scores;  // [n_t][n_rep][block_size]
-};
-
-TileScratch carve_tile(float* base, const Shape& s) {
-  const auto partial = static_cast<int64_t>(partial_floats(s));
-  return TileScratch{base, base + kMaxTileTokens * partial, base + 2 * kMaxTileTokens * partial};
-}
-
+// One item (a tile, or a single token) on one thread: its chunks in order, each token's
+// partial merged into its total as they come.
 template <class T>
 void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                 const TileScratch& it, const AttentionOps<T>& ops) {
-  const AttentionSequence& seq = *item.seq;
-  const int64_t g = item.g, n_t = item.n_t, n_heads = item.n_heads;
-  const int64_t row_stride = unit_row_stride<T>(s);
-  const auto partial = static_cast<int64_t>(partial_floats(s));
+                 const TileScratch& it, TileStep<T> step) {
+  const int64_t n_t = item.n_t, n_heads = item.n_heads;
   int64_t first[kMaxTileTokens], last[kMaxTileTokens], lo = INT64_MAX, hi = -1;
   for (int64_t i = 0; i < n_t; ++i) {
-    visible_keys(seq, item.t + i, params, &first[i], &last[i]);
+    visible_keys(*item.seq, item.t + i, params, &first[i], &last[i]);
     lo = std::min(lo, first[i]);
     hi = std::max(hi, last[i]);
-    clear(partial_at(it.totals + i * partial, s), s, n_heads);
   }
+  prepare_queries<T>(item, s, it.qt);
+  clear(it.total, s, n_t * n_heads);
   for (int64_t c = lo / kChunkKeys; c <= hi / kChunkKeys; ++c) {
-    int64_t begin[kMaxTileTokens], end[kMaxTileTokens], c_lo = INT64_MAX, c_hi = -1;
+    int64_t begin[kMaxTileTokens], end[kMaxTileTokens];
+    bool any = false;
     for (int64_t i = 0; i < n_t; ++i) {
       chunk_range(first[i], last[i], c, &begin[i], &end[i]);
-      if (begin[i] >= end[i]) continue;  // this token sees no key of chunk c
-      c_lo = std::min(c_lo, begin[i]);
-      c_hi = std::max(c_hi, end[i]);
-      clear(partial_at(it.chunks + i * partial, s), s, n_heads);
+      any = any || begin[i] < end[i];
     }
-    for (int64_t j0 = c_lo; j0 < c_hi;) {
-      const int64_t table_index = j0 / s.block_size;
-      const int64_t j1 = std::min(c_hi, (table_index + 1) * s.block_size);
-      const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
-      if (block < 0 || block >= s.n_blocks)
-        throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ", j0,
-                            "..", j1 - 1, " inside the window of position ", seq.q_pos[item.t + n_t - 1],
-                            " (pool has ", s.n_blocks, " blocks)"));
-      const int64_t first_row = static_cast<int64_t>(block) * s.block_size + j0 % s.block_size;
-      for (int64_t i = 0; i < n_t; ++i) {
-        const int64_t k0 = std::max(j0, begin[i]), k1 = std::min(j1, end[i]);
-        if (k0 >= k1) continue;
-        const float* q = seq.q + ((item.t + i) * s.n_head + g * s.n_rep + item.r0) * s.d_head;
-        const T* k_rows = kv.k + (first_row + k0 - j0) * row_stride + unit_head_offset<T>(s, g);
-        const T* v_rows = kv.v + (first_row + k0 - j0) * row_stride + unit_head_offset<T>(s, g);
-        float* scores = it.scores + i * s.n_rep * s.block_size;
-        ops.scores(q, n_heads, s.d_head, k_rows, row_stride, k1 - k0, params.scale, scores, s.block_size);
-        add_block(v_rows, k1 - k0, scores, n_heads, s, params, partial_at(it.chunks + i * partial, s), ops);
-      }
-      j0 = j1;
-    }
+    if (!any) continue;
+    chunk_partial(kv, item, s, params, begin, end, it.chunk, it.qt, it.work, step);
     for (int64_t i = 0; i < n_t; ++i)
-      if (begin[i] < end[i]) merge(partial_at(it.totals + i * partial, s), partial_at(it.chunks + i * partial, s), s, n_heads);
+      if (begin[i] < end[i])  // this token sees chunk c
+        merge(rows_from(it.total, i * n_heads, s), rows_from(it.chunk, i * n_heads, s), s, n_heads);
   }
-  for (int64_t i = 0; i < n_t; ++i) {
-    ItemRef one = item;
-    one.t = item.t + i;
-    one.n_t = 1;
-    write_output(partial_at(it.totals + i * partial, s), one, s);
-  }
+  for (int64_t i = 0; i < n_t; ++i) write_output(it.total, item, i, s);
 }
 
 // Few items and long contexts (decode of one or two sequences): the chunks of every item
@@ -306,10 +377,10 @@ constexpr int64_t kMaxSplitItems = 16;
 
 size_t attention_scratch_floats(int64_t n_head, int64_t n_kv_head, int64_t d_head, int64_t block_size) {
   const int64_t n_rep = n_kv_head > 0 ? n_head / n_kv_head : n_head;
-  // The larger of one token's item (two partials and a block's scores) and a tile's.
-  const int64_t one = n_rep * (2 * d_head + 4 + block_size);
-  const int64_t tile = kMaxTileTokens * n_rep * (2 * d_head + 4 + block_size);
-  return static_cast<size_t>(std::max(one, tile));
+  // A tile's totals and chunk partials, its transposed queries, and the step's work.
+  const int64_t rows = kMaxTileTokens * n_rep;
+  return static_cast<size_t>(rows * 2 * (d_head + 2) + (rows + 15) / 16 * 16 * d_head) +
+         attention_tile_work_floats(rows, d_head);
 }
 
 template <class T>
@@ -323,6 +394,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     throw Error(str_cat("attention: d_head ", kv.d_head, " is not a multiple of the cache's block of ",
                         kKvValuesPerUnit<T>, " values"));
   if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("attention: this CPU has no AVX2+FMA");
+  if (isa == Isa::kAvx512 && !cpu_has_avx512f()) throw Error("attention: this CPU has no AVX-512F");
   const Shape s{n_head, kv.n_kv_head, n_head / kv.n_kv_head, kv.d_head, kv.block_size, kv.n_blocks};
   scratch.require(pool.n_threads(), attention_scratch_floats(n_head, kv.n_kv_head, kv.d_head, kv.block_size),
                   "attention");
@@ -332,7 +404,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     n_groups += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
   }
   const int64_t n_threads = pool.n_threads();
-  const AttentionOps<T> ops = ops_for<T>(isa);
+  const TileStep<T> step = step_for<T>(isa);
   // Tiles when the tokens alone give every thread work: as long as the tiles still do.
   int64_t tile = 1;
   auto n_tile_items = [&](int64_t size) {
@@ -359,14 +431,8 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
       return ItemRef{&seq, t, item % s.n_kv_head, 0, s.n_rep, std::min(tile, seq.n_q - t)};
     };
     pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
-      float* base = scratch.thread_data(thread);
-      for (int64_t i = begin; i < end; ++i) {
-        const ItemRef item = tile_at(i);
-        if (item.n_t == 1)
-          attend_item(kv, item, s, params, carve(base, s), ops);
-        else
-          attend_tile(kv, item, s, params, carve_tile(base, s), ops);
-      }
+      const TileScratch it = carve(scratch.thread_data(thread), s);
+      for (int64_t i = begin; i < end; ++i) attend_tile(kv, tile_at(i), s, params, it, step);
     });
     return;
   }
@@ -417,27 +483,29 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
       unit_begin[i + 1] = unit_begin[i] + last / kChunkKeys - first_chunk[i] + 1;
     }
     const int64_t n_units = unit_begin[n_items];
-    const size_t needed = static_cast<size_t>(n_units) * partial_floats(s) * sizeof(float);
+    const size_t unit_floats = partial_floats(s.n_rep, s);
+    const size_t needed = static_cast<size_t>(n_units) * unit_floats * sizeof(float);
     if (n_units > n_items && needed <= scratch.shared_bytes()) {
       float* partials = reinterpret_cast<float*>(scratch.shared_data());
       pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int thread) {
-        const ItemScratch it = carve(scratch.thread_data(thread), s);
+        const TileScratch it = carve(scratch.thread_data(thread), s);
         for (int64_t u = begin; u < end; ++u) {
           int64_t i = 0;
           while (u >= unit_begin[i + 1]) ++i;
           int64_t first, last, k_begin, k_end;
           visible_keys(*items[i].seq, items[i].t, params, &first, &last);
           chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
-          chunk_partial(kv, items[i], s, params, k_begin, k_end, partial_at(partials + u * partial_floats(s), s), it,
-                        ops);
+          prepare_queries<T>(items[i], s, it.qt);
+          chunk_partial(kv, items[i], s, params, &k_begin, &k_end,
+                        partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, step);
         }
       });
-      const ItemScratch it = carve(scratch.thread_data(0), s);
+      const TileScratch it = carve(scratch.thread_data(0), s);
       for (int64_t i = 0; i < n_items; ++i) {
         clear(it.total, s, items[i].n_heads);
         for (int64_t u = unit_begin[i]; u < unit_begin[i + 1]; ++u)
-          merge(it.total, partial_at(partials + u * partial_floats(s), s), s, items[i].n_heads);
-        write_output(it.total, items[i], s);
+          merge(it.total, partial_at(partials + u * unit_floats, items[i].n_heads, s), s, items[i].n_heads);
+        write_output(it.total, items[i], 0, s);
       }
       return;
     }
@@ -445,15 +513,15 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
 
   // Item costs grow with the position, so threads take them one at a time.
   pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
-    const ItemScratch it = carve(scratch.thread_data(thread), s);
-    for (int64_t item = begin; item < end; ++item) attend_item(kv, item_at(item), s, params, it, ops);
+    const TileScratch it = carve(scratch.thread_data(thread), s);
+    for (int64_t item = begin; item < end; ++item) attend_tile(kv, item_at(item), s, params, it, step);
   });
 }
 
 template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                const AttentionParams& params, ThreadPool& pool, Scratch& scratch) {
-  attention_isa(kv, sequences, n_head, params, pool, scratch, best_isa());
+  attention_isa(kv, sequences, n_head, params, pool, scratch, attention_best_isa());
 }
 
 #define RIDGE_ATTENTION_FOR(T)                                                                              \

@@ -1,16 +1,19 @@
-// FlashAttention-style attention of new query tokens over a paged KV cache: each
-// (query token, KV head) item walks the sequence's blocks once, keeping a running max
-// and running sum per query head (online softmax), with the query heads that share the
-// KV head (GQA group) processed together so each K/V row is loaded once per group.
-// When a step has fewer (token, KV head) items than threads (decode of one sequence),
-// each GQA group's query heads are cut into parts, one item each. Keys are taken in
-// chunks of 256 positions whose partial softmaxes merge in order, so when items are
-// still fewer than threads the chunks of one item run on several threads. Either way a
-// head's output has the same bits as one thread would give.
+// FlashAttention-style attention of new query tokens over a paged KV cache: each item (up
+// to 16 consecutive query tokens of a sequence, by the query heads that share one KV
+// head) walks the sequence's keys once in steps of 64 aligned positions, keeping a
+// running max and running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
+// small matrix products (AttentionTileStep: scores of the rows against the step's keys,
+// then P * V) with register-blocked AVX-512 and AVX2 kernels; the causal and window
+// masks touch only the steps a row partly sees. Decode is an item of one token; when
+// items are fewer than threads, each GQA group's query heads are cut into parts. Keys are
+// taken in chunks of 256 positions whose partial softmaxes merge in order, so when items
+// are still fewer than threads the chunks of one item run on several threads. Every
+// path runs the same step arithmetic per row, so a token's output has the same bits
+// whatever tile, part or thread computed it.
 //
-// The cache holds f32 (T = float) or IEEE-half f16 (T = uint16_t, the bits) K/V; the
-// f16 loops read the halves directly, converting 8 per load in registers (F16C), and
-// run the f32 path's arithmetic on the widened values.
+// The cache holds f32 (T = float), IEEE-half f16 (T = uint16_t, the bits), bf16, Q8_0 or
+// Q4_0 K/V; the f16 steps widen 8 or 16 halves per load in registers (F16C) and run the
+// f32 arithmetic on the widened values.
 //
 //   PagedKvLayer<float> kv{k_pool, v_pool, n_blocks, 16, n_kv_head, d_head};
 //   AttentionSequence s{q, q_pos, n_q, block_table, n_kv, out};
@@ -92,13 +95,16 @@ template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
                int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
 
-// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2).
+// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2;
+// kAvx512 needs cpu_has_avx512f() too, and runs the AVX2 loops for bf16/Q8_0/Q4_0).
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
 
-// The inner loops, scalar and AVX2 (attention_avx2.cpp), for K/V rows of f32 or f16
-// (uint16_t halves, widened exactly to float as they are read):
+// Per-row inner loops, scalar and AVX2 (attention_avx2.cpp), for K/V rows of f32 or f16
+// (uint16_t halves, widened exactly to float as they are read). attention() runs the
+// tiled steps below for these caches; these loops define the arithmetic the bf16 loops
+// follow (and the tests check them against it):
 //  scores[r * score_stride + j] = scale * dot(q[r], k[j * row_stride]), r < n_rep, j < count
 //  exp_sum: x[i] = exp(x[i] - max) for i < n, returns their sum
 //  accumulate: acc[r * acc_stride + d] += p[r * p_stride + j] * v[j * row_stride + d]
@@ -139,6 +145,17 @@ void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, cons
                              int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
                            int64_t count, float scale, float* scores, int64_t score_stride);
+// Q8_0/Q4_0 K against query rows already quantized by quantize_row_q8_0 ([n_rep][d_head /
+// 32] blocks): the bits of the float-query loops above, which quantize on every call, so
+// attention() quantizes a tile's queries once instead of once per step of keys.
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
+                           int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
                                  int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
@@ -151,6 +168,65 @@ void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep
                                  int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
                                int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
+
+// One step of tiled attention (attention_tile*.cpp): the keys of one aligned window of
+// kAttentionStepKeys positions (lane l is key window_start + l, its K and V rows at
+// k_rows[l] and v_rows[l], null for a key of a block no row sees) against a tile of query
+// rows, the heads [r0, r0 + n_heads) of a GQA group for n_tokens consecutive tokens (row
+// i * n_heads + r), carrying each row's online softmax. Token i sees lanes
+// [token_lane_begin[i], token_lane_end[i]) (empty: its rows are untouched); only lanes
+// [lane_begin, lane_end), the union, are read. Per row that sees a lane, the arithmetic is
+// fixed (the scalar step defines it and the SIMD steps give its bits):
+//   s[l] = fma chain over d = 0.. of q[d] * k[l][d], from 0, times scale
+//   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
+//   new_max = max(max, max_l s[l]); if it grew from a finite max: sum, acc *= e(max - new_max)
+//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum += ((S0 + S1) + S2) + S3
+//   acc[d] = fma(p[l], v[l][d], acc[d]) for l = lane_begin .. lane_end - 1 in order (v = 0
+//   for a null row)
+// where e is attention_exp_poly and Sg, the sum of lanes 16g .. 16g + 15, adds p[i] +
+// p[i + 8], then those i and i + 4, then (0 + 2) + (1 + 3). Neither the other rows nor the
+// other lanes change a row's bits, so a token's output does not depend on its tile.
+inline constexpr int kAttentionStepKeys = 64;
+
+template <class T>
+struct AttentionTileStep {
+  const float* qt = nullptr;  // [d_head][qt_stride]: the rows' queries, transposed, zero past the rows
+  int64_t qt_stride = 0;      // n_tokens * n_heads rounded up to a multiple of 16
+  const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
+  int64_t q_token_stride = 0;
+  const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
+  int64_t n_tokens = 0, n_heads = 0, d_head = 0;
+  const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
+  const T* const* v_rows = nullptr;  // likewise V
+  // For the bf16/Q8_0/Q4_0 per-row loops, which take runs of consecutive rows within one
+  // 16-lane group and one cache block: units from one position's row to the next, and
+  // bit l set where lane l's key starts a cache block.
+  int64_t row_stride = 0;
+  uint64_t block_starts = 0;
+  int lane_begin = 0, lane_end = 0;
+  const int* token_lane_begin = nullptr;  // [n_tokens]
+  const int* token_lane_end = nullptr;    // [n_tokens]
+  float scale = 1.0f, softcap = 0.0f;
+  float* acc = nullptr;   // [n_tokens * n_heads][d_head]
+  float* max = nullptr;   // [n_tokens * n_heads]
+  float* sum = nullptr;   // [n_tokens * n_heads]
+  float* work = nullptr;  // attention_tile_work_floats(n_tokens * n_heads, d_head)
+};
+
+size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head);
+
+// The exp of the softmax (x <= 0 here): the Cephes-style polynomial every attention path
+// shares (avx2_math.h's exp256 lane for lane), so scalar and SIMD steps agree bit for bit.
+float attention_exp_poly(float x);
+
+// The step over f32 and f16 caches: scalar (the definition), AVX2+FMA+F16C, and AVX-512F
+// (attention_tile_avx512.cpp; call only when cpu_has_avx512f()). All give the same bits.
+void attention_tile_step_scalar(const AttentionTileStep<float>& step);
+void attention_tile_step_scalar(const AttentionTileStep<uint16_t>& step);
+void attention_tile_step_avx2(const AttentionTileStep<float>& step);
+void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step);
+void attention_tile_step_avx512(const AttentionTileStep<float>& step);
+void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
 
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the

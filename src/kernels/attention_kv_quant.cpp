@@ -51,6 +51,32 @@ void block_values(const BlockQ4_0& b, int8_t* out) {
   }
 }
 
+// Scores of query rows already quantized to Q8_0 blocks, [n_rep][d_head / kBlock].
+template <class Block>
+void quant_scores(const BlockQ8_0* query, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride,
+                  int64_t count, float scale, float* scores, int64_t score_stride) {
+  assert(d_head % kBlock == 0);
+  const int64_t n_blocks = d_head / kBlock;
+  int8_t k_values[kBlock];
+  for (int64_t j = 0; j < count; ++j) {
+    for (int64_t r = 0; r < n_rep; ++r) {
+      float lanes[kLanes] = {};
+      for (int64_t b = 0; b < n_blocks; ++b) {
+        const Block& kb = k[j * row_stride + b];
+        const BlockQ8_0& qb = query[r * n_blocks + b];
+        block_values(kb, k_values);
+        const float d = fp16_to_fp32(qb.d) * fp16_to_fp32(kb.d);
+        for (int l = 0; l < kLanes; ++l) {
+          int32_t isum = 0;
+          for (int i = 4 * l; i < 4 * l + 4; ++i) isum += qb.qs[i] * k_values[i];
+          lanes[l] = std::fma(static_cast<float>(isum), d, lanes[l]);
+        }
+      }
+      scores[r * score_stride + j] = sum_lanes(lanes) * scale;
+    }
+  }
+}
+
 template <class Block>
 void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride, int64_t count,
                   float scale, float* scores, int64_t score_stride) {
@@ -58,27 +84,10 @@ void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k,
   const int64_t n_blocks = d_head / kBlock;
   const int64_t chunk_rows = kQueryBlocks / n_blocks;
   BlockQ8_0 query[kQueryBlocks];  // [chunk_rows][n_blocks]
-  int8_t k_values[kBlock];
   for (int64_t r0 = 0; r0 < n_rep; r0 += chunk_rows) {
     const int64_t n_rows = std::min(chunk_rows, n_rep - r0);
     quantize_row_q8_0(q + r0 * d_head, query, n_rows * d_head);
-    for (int64_t j = 0; j < count; ++j) {
-      for (int64_t r = 0; r < n_rows; ++r) {
-        float lanes[kLanes] = {};
-        for (int64_t b = 0; b < n_blocks; ++b) {
-          const Block& kb = k[j * row_stride + b];
-          const BlockQ8_0& qb = query[r * n_blocks + b];
-          block_values(kb, k_values);
-          const float d = fp16_to_fp32(qb.d) * fp16_to_fp32(kb.d);
-          for (int l = 0; l < kLanes; ++l) {
-            int32_t isum = 0;
-            for (int i = 4 * l; i < 4 * l + 4; ++i) isum += qb.qs[i] * k_values[i];
-            lanes[l] = std::fma(static_cast<float>(isum), d, lanes[l]);
-          }
-        }
-        scores[(r0 + r) * score_stride + j] = sum_lanes(lanes) * scale;
-      }
-    }
+    quant_scores(query, n_rows, d_head, k, row_stride, count, scale, scores + r0 * score_stride, score_stride);
   }
 }
 
@@ -141,6 +150,16 @@ void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, cons
 }
 
 void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
+  quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
+}
+
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
+                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
+  quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
+}
+
+void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
                              int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
   quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
 }

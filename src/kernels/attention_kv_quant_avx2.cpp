@@ -196,6 +196,28 @@ inline void quant_scores_heads(const QuantizedQuery& query, int64_t r0, int64_t 
   for (int r = 0; r < NR; ++r) scores[r * score_stride] = hsum(acc[r]) * scale;
 }
 
+// A query already quantized (quantize_row_q8_0's blocks) in the form the dots take.
+void load_query(const BlockQ8_0* q, int64_t n_blocks, QuantizedQuery& out) {
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const __m256i values = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q[b].qs));
+    out.values[b] = values;
+    out.eight_sums[b] = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_set1_epi8(8), values), _mm256_set1_epi16(1));
+    out.scale[b] = half_to_float(q[b].d);
+  }
+}
+
+template <class Block>
+void quant_scores_of(const QuantizedQuery& query, int64_t r0, int64_t n_rows, int64_t n_blocks, const Block* k,
+                     int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
+  for (int64_t j = 0; j < count; ++j) {
+    auto rows = [&]<int NR>(int64_t r) {
+      quant_scores_heads<NR>(query, r, n_blocks, k + j * row_stride, scale, scores + (r0 + r) * score_stride + j,
+                             score_stride);
+    };
+    row_groups<4>(0, n_rows, rows);
+  }
+}
+
 template <class Block>
 void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride, int64_t count,
                   float scale, float* scores, int64_t score_stride) {
@@ -206,13 +228,21 @@ void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k,
   for (int64_t r0 = 0; r0 < n_rep; r0 += chunk_rows) {
     const int64_t n_rows = std::min(chunk_rows, n_rep - r0);
     quantize_query(q + r0 * d_head, n_rows * n_blocks, query);
-    for (int64_t j = 0; j < count; ++j) {
-      auto rows = [&]<int NR>(int64_t r) {
-        quant_scores_heads<NR>(query, r, n_blocks, k + j * row_stride, scale, scores + (r0 + r) * score_stride + j,
-                               score_stride);
-      };
-      row_groups<4>(0, n_rows, rows);
-    }
+    quant_scores_of(query, r0, n_rows, n_blocks, k, row_stride, count, scale, scores, score_stride);
+  }
+}
+
+template <class Block>
+void quant_scores(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride,
+                  int64_t count, float scale, float* scores, int64_t score_stride) {
+  assert(d_head % kBlock == 0 && d_head / kBlock <= kQueryBlocks);
+  const int64_t n_blocks = d_head / kBlock;
+  const int64_t chunk_rows = kQueryBlocks / n_blocks;
+  QuantizedQuery query;
+  for (int64_t r0 = 0; r0 < n_rep; r0 += chunk_rows) {
+    const int64_t n_rows = std::min(chunk_rows, n_rep - r0);
+    load_query(q + r0 * n_blocks, n_rows * n_blocks, query);
+    quant_scores_of(query, r0, n_rows, n_blocks, k, row_stride, count, scale, scores, score_stride);
   }
 }
 
@@ -279,6 +309,16 @@ void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const 
 
 void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
                            int64_t count, float scale, float* scores, int64_t score_stride) {
+  quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
+}
+
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
+                           int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
+  quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
+}
+
+void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
+                           int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride) {
   quant_scores(q, n_rep, d_head, k, row_stride, count, scale, scores, score_stride);
 }
 

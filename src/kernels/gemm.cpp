@@ -90,6 +90,17 @@ Isa best_isa() {
   return isa;
 }
 
+bool cpu_has_avx512f() {
+#if defined(__x86_64__) || defined(__i386__)
+  static const bool has = best_isa() == Isa::kAvx2 && __builtin_cpu_supports("avx512f");
+  return has;
+#else
+  return false;
+#endif
+}
+
+Isa attention_best_isa() { return cpu_has_avx512f() ? Isa::kAvx512 : best_isa(); }
+
 size_t act_row_bytes(ActFormat format, int64_t n_in) {
   const size_t n = static_cast<size_t>(n_in);
   switch (format) {

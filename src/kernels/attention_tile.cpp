@@ -1,0 +1,102 @@
+// The scalar tiled-attention step: the definition (attention.h, AttentionTileStep) that
+// the AVX2 and AVX-512 steps reproduce bit for bit, one row at a time.
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <cstdint>
+
+#include "core/fp16.h"
+#include "kernels/attention.h"
+
+namespace ridge::kernels {
+
+namespace {
+
+constexpr int kKeys = kAttentionStepKeys;
+
+inline float widen(float x) { return x; }
+inline float widen(uint16_t h) { return fp16_to_fp32(h); }
+
+// p[0..16): (p[i] + p[i + 8]), then those at i and i + 4, then (0 + 2) + (1 + 3): the
+// order of an 8-lane horizontal sum (avx2_math.h hsum) of the two halves' sum.
+float sum16(const float* p) {
+  float w[8], x[4];
+  for (int i = 0; i < 8; ++i) w[i] = p[i] + p[i + 8];
+  for (int i = 0; i < 4; ++i) x[i] = w[i] + w[i + 4];
+  return (x[0] + x[2]) + (x[1] + x[3]);
+}
+
+template <class T>
+void step_scalar(const AttentionTileStep<T>& st) {
+  static_assert(kKeys == 64);
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  float* p = st.work;  // [n_rows][kKeys]
+  for (int64_t row = 0; row < n_rows; ++row) {
+    float* pr = p + row * kKeys;
+    std::fill(pr, pr + kKeys, 0.0f);
+    const int64_t token = row / st.n_heads;
+    const int lb = st.token_lane_begin[token], le = st.token_lane_end[token];
+    if (lb >= le) continue;
+    const float* q = st.q + token * st.q_token_stride + (row % st.n_heads) * d_head;
+    float block_max = -INFINITY;
+    for (int l = lb; l < le; ++l) {
+      const T* k = st.k_rows[l];
+      float acc = 0.0f;
+      for (int64_t d = 0; d < d_head; ++d) acc = std::fma(q[d], widen(k[d]), acc);
+      float s = acc * st.scale;
+      if (st.softcap > 0) s = std::tanh(s / st.softcap) * st.softcap;
+      pr[l] = s;
+      block_max = std::max(block_max, s);
+    }
+    const float old_max = st.max[row], new_max = std::max(old_max, block_max);
+    if (new_max > old_max) {
+      if (old_max != -INFINITY) {
+        const float correction = attention_exp_poly(old_max - new_max);
+        st.sum[row] *= correction;
+        for (int64_t d = 0; d < d_head; ++d) st.acc[row * d_head + d] *= correction;
+      }
+      st.max[row] = new_max;
+    }
+    for (int l = lb; l < le; ++l) pr[l] = attention_exp_poly(pr[l] - new_max);
+    st.sum[row] += ((sum16(pr) + sum16(pr + 16)) + sum16(pr + 32)) + sum16(pr + 48);
+  }
+  for (int64_t row = 0; row < n_rows; ++row) {
+    float* acc = st.acc + row * d_head;
+    for (int l = st.lane_begin; l < st.lane_end; ++l) {
+      const T* v = st.v_rows[l];
+      const float pl = p[row * kKeys + l];
+      for (int64_t d = 0; d < d_head; ++d) acc[d] = std::fma(pl, v ? widen(v[d]) : 0.0f, acc[d]);
+    }
+  }
+}
+
+}  // namespace
+
+size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head) {
+  // K^T [d_head rounded to 16][keys], V rows [keys][d_head], scores [keys][rows rounded to
+  // 16], max, sum, correction and lane range per row, and a zero row.
+  const int64_t rows = (n_rows + 15) / 16 * 16;
+  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head);
+}
+
+// avx2_math.h exp256, one lane: the same operations in the same order.
+float attention_exp_poly(float x) {
+  x = std::min(std::max(x, -87.0f), 88.0f);
+  const float n = std::nearbyint(x * 1.44269504088896341f);
+  float r = std::fma(-n, 0.693359375f, x);
+  r = std::fma(-n, -2.12194440e-4f, r);
+  float p = 1.9875691500e-4f;
+  p = std::fma(p, r, 1.3981999507e-3f);
+  p = std::fma(p, r, 8.3334519073e-3f);
+  p = std::fma(p, r, 4.1665795894e-2f);
+  p = std::fma(p, r, 1.6666665459e-1f);
+  p = std::fma(p, r, 5.0000001201e-1f);
+  p = std::fma(p, r * r, r + 1.0f);
+  const auto e = static_cast<uint32_t>(static_cast<int32_t>(n) + 127) << 23;
+  return p * std::bit_cast<float>(e);
+}
+
+void attention_tile_step_scalar(const AttentionTileStep<float>& step) { step_scalar(step); }
+void attention_tile_step_scalar(const AttentionTileStep<uint16_t>& step) { step_scalar(step); }
+
+}  // namespace ridge::kernels
