@@ -62,22 +62,7 @@ TEST(EmbeddingPool, RefusesWhatItCannotPool) {
 
 // ---------------------------------------------------------------- on stories260K
 
-const std::string kModelPath = std::string(RIDGE_FIXTURES) + "/models/stories260K.gguf";
-
-struct Fixture {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<Tokenizer> tokenizer;
-};
-
-Fixture& stories() {
-  static Fixture f = [] {
-    Fixture x;
-    x.model = Model::load(kModelPath, {.n_threads = 2, .max_batch_tokens = 128});
-    x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x.model->file()));
-    return x;
-  }();
-  return f;
-}
+using test::stories;
 
 int32_t n_embd() { return stories().model->config().n_embd; }
 

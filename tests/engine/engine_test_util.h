@@ -4,13 +4,34 @@
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/model.h"
+#include "tokenizer/tokenizer.h"
 
 namespace ridge::test {
+
+// stories260K (a tiny real Llama from the fixtures), loaded once per test binary for
+// batches of up to 128 tokens.
+struct StoriesModel {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<Tokenizer> tokenizer;
+};
+
+inline StoriesModel& stories() {
+  static StoriesModel f = [] {
+    StoriesModel x;
+    x.model = Model::load(std::string(RIDGE_FIXTURES) + "/models/stories260K.gguf",
+                          {.n_threads = 2, .max_batch_tokens = 128});
+    x.tokenizer = std::make_unique<Tokenizer>(Tokenizer::from_gguf(x.model->file()));
+    return x;
+  }();
+  return f;
+}
 
 struct Output {
   std::vector<int32_t> tokens;
