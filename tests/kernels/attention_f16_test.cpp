@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -34,49 +33,20 @@ struct Case {
   float softcap = 0.0f;
 };
 
-// One sequence's K/V, rounded to f16, scattered into a shuffled block pool twice: as
-// halves (the f16 cache) and as their exact float values (an f32 cache of the same
-// numbers). Slots the kernel must not read are NaN in both.
-struct PagedF16 {
-  std::vector<float> q, k, v;  // q [n_q][n_head][d_head]; k, v dense [n_kv][n_kv_head][d_head], f16-exact
-  std::vector<int32_t> q_pos, table;
-  std::vector<uint16_t> k_half, v_half;  // [n_blocks][block_size][n_kv_head][d_head]
-  std::vector<float> k_wide, v_wide;     // the same pools widened to float
-  int64_t n_blocks = 0;
+// One sequence's K/V, rounded to f16, in the shared shuffled block pool (test_util.h),
+// twice: as halves (the f16 cache) and as their exact float values (an f32 cache of the
+// same numbers). Slots the kernel must not read are NaN in both.
+struct PagedF16 : testing::PagedKv {
+  std::vector<uint16_t> k_half, v_half;  // k_pool, v_pool as halves: [n_blocks][block_size][n_kv_head][d_head]
 };
 
 PagedF16 make_sequence(const Case& c, uint32_t seed) {
   PagedF16 s;
-  const int64_t row = c.n_kv_head * c.d_head;
-  s.q = random_floats(c.n_q * c.n_head * c.d_head, seed);
-  s.k = random_floats(c.n_kv * row, seed + 1);
-  s.v = random_floats(c.n_kv * row, seed + 2);
-  for (float& x : s.k) x = fp16_to_fp32(fp32_to_fp16(x));
-  for (float& x : s.v) x = fp16_to_fp32(fp32_to_fp16(x));
-  for (int64_t t = 0; t < c.n_q; ++t) s.q_pos.push_back(static_cast<int32_t>(c.n_kv - c.n_q + t));
-
-  const int64_t n_logical = (c.n_kv + c.block_size - 1) / c.block_size;
-  s.n_blocks = n_logical + 2;
-  std::vector<int32_t> ids(static_cast<size_t>(s.n_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
-  s.k_half.assign(s.n_blocks * c.block_size * row, kHalfNaN);
-  s.v_half.assign(s.k_half.size(), kHalfNaN);
-  const int64_t first_visible = c.window > 0 ? std::max<int64_t>(0, s.q_pos[0] - c.window + 1) : 0;
-  for (int64_t b = 0; b < n_logical; ++b) {
-    const bool recycled = (b + 1) * c.block_size <= first_visible;
-    s.table.push_back(recycled ? -1 : ids[b]);
-    if (recycled) continue;
-    for (int64_t slot = 0; slot < c.block_size && b * c.block_size + slot < c.n_kv; ++slot) {
-      const int64_t j = b * c.block_size + slot, at = (ids[b] * c.block_size + slot) * row;
-      for (int64_t e = 0; e < row; ++e) {
-        s.k_half[at + e] = fp32_to_fp16(s.k[j * row + e]);
-        s.v_half[at + e] = fp32_to_fp16(s.v[j * row + e]);
-      }
-    }
-  }
-  for (uint16_t h : s.k_half) s.k_wide.push_back(fp16_to_fp32(h));
-  for (uint16_t h : s.v_half) s.v_wide.push_back(fp16_to_fp32(h));
+  static_cast<testing::PagedKv&>(s) =
+      testing::make_paged_kv({c.n_head, c.n_kv_head, c.d_head, c.block_size, c.n_kv, c.n_q, c.window}, seed,
+                             [](float x) { return fp16_to_fp32(fp32_to_fp16(x)); });
+  for (float x : s.k_pool) s.k_half.push_back(std::isnan(x) ? kHalfNaN : fp32_to_fp16(x));
+  for (float x : s.v_pool) s.v_half.push_back(std::isnan(x) ? kHalfNaN : fp32_to_fp16(x));
   return s;
 }
 
@@ -99,7 +69,7 @@ void check_case(const Case& c, int n_threads = 2, uint32_t seed = 100) {
   const PagedF16 s = make_sequence(c, seed);
   const PagedKvLayer<uint16_t> half{s.k_half.data(), s.v_half.data(), s.n_blocks, c.block_size, c.n_kv_head,
                                     c.d_head};
-  const PagedKvLayer<float> wide{s.k_wide.data(), s.v_wide.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
+  const PagedKvLayer<float> wide{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
   std::vector<float> want(s.q.size());
   attention_reference(s.q.data(), s.q_pos.data(), c.n_q, c.n_head, s.k.data(), s.v.data(), c.n_kv, c.n_kv_head,
                       c.d_head, params_of(c), want.data());
