@@ -4,9 +4,9 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
 #include <cassert>
+#include <cstdio>
 #include <exception>
 
 #include "engine/engine_impl.h"
@@ -589,7 +589,7 @@ std::string Engine::kv_budget_by_type() const {
     KvCacheConfig config = sizing.kv;
     config.dtype = type;
     for (const KvLayerSpec& l : config.layers)
-      if (l.d_head % type_traits(type).block_size != 0) return "n/a";  // heads do not fill its blocks
+      if (!kv_dtype_fits(type, l)) return "n/a";
     try {
       const int64_t tokens = plan_kv_cache(config).tokens_held(block_size);
       if (tokens == 0) return "windowed";

@@ -56,12 +56,11 @@ void validate(const KvCacheConfig& c) {
     throw Error(str_cat("kv cache: dtype ", dtype_name(c.dtype),
                         " is not supported for K/V (", kv_dtype_names(), ")"));
   }
-  const int64_t block_values = type_traits(c.dtype).block_size;
   for (size_t il = 0; il < c.layers.size(); ++il) {
-    if (c.layers[il].d_head % block_values != 0) {
+    if (!kv_dtype_fits(c.dtype, c.layers[il])) {
       throw Error(str_cat("kv cache: layer ", il, ": head size ", c.layers[il].d_head,
-                          " is not a multiple of ", dtype_name(c.dtype), "'s block of ", block_values,
-                          " values; use f16 or bf16"));
+                          " is not a multiple of ", dtype_name(c.dtype), "'s block of ",
+                          type_traits(c.dtype).block_size, " values; use f16 or bf16"));
     }
   }
   if (c.max_sequences < 1) {
@@ -87,6 +86,10 @@ std::string kv_dtype_names() {
   for (size_t i = 0; i < std::size(kKvDtypes); ++i)
     names += str_cat(i == 0 ? "" : i + 1 == std::size(kKvDtypes) ? " or " : ", ", dtype_name(kKvDtypes[i]));
   return names;
+}
+
+bool kv_dtype_fits(DType dtype, const KvLayerSpec& layer) {
+  return layer.d_head % type_traits(dtype).block_size == 0;
 }
 
 size_t kv_row_bytes(DType dtype, const KvLayerSpec& layer) {

@@ -96,6 +96,8 @@ std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, i
 
 // Bytes of one K (or V) row of a layer: n_kv_head * d_head values of dtype.
 size_t kv_row_bytes(DType dtype, const KvLayerSpec& layer);
+// Whether the layer's heads split into dtype's blocks (q8_0, q4_0: multiples of 32).
+bool kv_dtype_fits(DType dtype, const KvLayerSpec& layer);
 
 struct KvCacheConfig {
   std::vector<KvLayerSpec> layers;  // one per model layer, in layer order (il)
