@@ -30,14 +30,20 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstddef>
 #include <cstring>
 #include <memory>
+#include <initializer_list>
+#include <thread>
+#include <utility>
 #include <type_traits>
+#include <vector>
 
 #include "core/error.h"
 #include "core/quant_blocks.h"
 #include "kernels/gemm.h"
+#include "kernels/gemm_amx.h"
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg")
 // GCC 12 reports its own AVX-512 intrinsics' _mm512_undefined_*() placeholders as
@@ -479,6 +485,8 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   }
 }
 
+#include "kernels/gemm_amx_tiles.h"  // the AMX-INT8 kernels, on the panels above
+
 }  // namespace
 
 bool cpu_has_avx512_vnni() {
@@ -500,5 +508,33 @@ void gemm_q5_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gem
 void gemm_q4_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<false>>(a, n_rows, n_tokens); }
 void gemm_q5_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<true>>(a, n_rows, n_tokens); }
 void gemm_q6_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q6K>(a, n_rows, n_tokens); }
+
+namespace {
+
+template <GemmFn kFn>
+void amx_entry(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  if (!amx_usable()) throw Error(str_cat("gemm: an AMX kernel was called but ", amx_status()));
+  kFn(a, n_rows, n_tokens);
+}
+
+}  // namespace
+
+void gemm_q8_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q8_0>>(a, n_rows, n_tokens); }
+void gemm_q4_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q4_0>>(a, n_rows, n_tokens); }
+void gemm_q5_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q5_0>>(a, n_rows, n_tokens); }
+void gemm_q4_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<QK4<false>>>(a, n_rows, n_tokens); }
+void gemm_q5_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<QK4<true>>>(a, n_rows, n_tokens); }
+void gemm_q6_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<Q6K>>(a, n_rows, n_tokens); }
+
+double amx_int8_peak_ops_per_s(int threads, double seconds) {
+  if (!amx_usable() || threads < 1) return 0;
+  std::vector<std::pair<double, double>> runs(static_cast<size_t>(threads));
+  std::vector<std::thread> pool;
+  for (int i = 0; i < threads; ++i) pool.emplace_back([&runs, i, seconds] { runs[i] = amx_probe_thread(seconds); });
+  for (auto& thread : pool) thread.join();
+  double ops = 0;
+  for (const auto& [macs, elapsed] : runs) ops += 2 * macs / elapsed;
+  return ops;
+}
 
 }  // namespace ridge::kernels

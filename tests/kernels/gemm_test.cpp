@@ -15,12 +15,15 @@
 #include "core/fp16.h"
 #include "core/quant.h"
 #include "core/quant_blocks.h"
+#include "gemm_test_util.h"
 #include "test_util.h"
 
 namespace ridge::kernels {
 namespace {
 
 using testing::random_floats;
+using testing::random_weight_bytes;
+using testing::run_gemm;
 
 struct TypeCase {
   DType type;
@@ -32,39 +35,6 @@ const TypeCase kCases[] = {
     {DType::Q4_K, vec_dot_q4_k_scalar}, {DType::Q5_K, vec_dot_q5_k_scalar}, {DType::Q6_K, vec_dot_q6_k_scalar},
     {DType::F16, vec_dot_f16_scalar},   {DType::BF16, vec_dot_bf16_scalar},
 };
-
-// Random bytes for every block, with the f16 scale fields set to small finite values so
-// that the dot product stays finite.
-std::vector<uint8_t> random_weight_bytes(DType type, int64_t n_in, int64_t n_rows, uint32_t seed) {
-  const TypeTraits& t = type_traits(type);
-  std::mt19937 rng(seed);
-  std::uniform_int_distribution<int> byte(0, 255);
-  std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
-  const size_t row = row_size(type, n_in);
-  std::vector<uint8_t> bytes(row * static_cast<size_t>(n_rows));
-  for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
-  auto put_f16 = [&](uint8_t* p) {
-    const uint16_t h = fp32_to_fp16(scale(rng));
-    std::memcpy(p, &h, sizeof(h));
-  };
-  const int64_t n_blocks = n_rows * (n_in / t.block_size);
-  for (int64_t b = 0; b < n_blocks; ++b) {
-    uint8_t* blk = bytes.data() + b * t.type_size;
-    switch (type) {
-      case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: put_f16(blk); break;
-      case DType::Q4_K: case DType::Q5_K: put_f16(blk); put_f16(blk + 2); break;
-      case DType::Q6_K: put_f16(blk + offsetof(BlockQ6_K, d)); break;
-      case DType::F16: put_f16(blk); break;
-      case DType::BF16: {
-        const uint16_t h = fp32_to_bf16(scale(rng) * 50);
-        std::memcpy(blk, &h, sizeof(h));
-        break;
-      }
-      default: break;
-    }
-  }
-  return bytes;
-}
 
 // The activation row as floats: what the quantized bytes stand for.
 std::vector<float> dequantized_activations(ActFormat format, const uint8_t* act, int64_t n) {
@@ -233,25 +203,6 @@ TEST(GemmKQuant, AvxVnniTilesEqualAvx2TilesExactly) {
   }
 }
 
-// Runs one GEMM kernel over n_rows x n_tokens (ldy wider than the tile) with the
-// transposed Q8_0 tables when the batch path wants them.
-std::vector<float> run_gemm(GemmFn fn, ActFormat act_format, const std::vector<uint8_t>& w, size_t w_stride,
-                            const std::vector<uint8_t>& act, size_t stride, int64_t n, int64_t n_rows,
-                            int64_t n_tokens, int64_t ldy) {
-  std::vector<float> y(static_cast<size_t>(ldy * n_tokens), -7.0f);
-  GemmArgs args{n, w.data(), w_stride, act.data(), stride, y.data(), ldy};
-  std::vector<float> scales_t;
-  if (act_format == ActFormat::kQ8_0 && n_tokens > 1) {
-    scales_t.resize(2 * q8_0_scales_t_floats(n, n_tokens));
-    transpose_q8_0_scales(act.data(), stride, n, n_tokens, scales_t.data());
-    args.scales_t = scales_t.data();
-    args.sums_t = reinterpret_cast<const int32_t*>(scales_t.data() + q8_0_scales_t_floats(n, n_tokens));
-    args.scales_t_stride = q8_0_scales_t_stride(n_tokens);
-  }
-  fn(args, n_rows, n_tokens);
-  return y;
-}
-
 // The AVX-512 VNNI kernels (row-major tiles below 4 tokens, packed 16-row panels from
 // 4) compute the scalar reference's exact sequence: equal bits, for row counts that do
 // not fill a tile or panel, token counts on both sides of the panel threshold, random
@@ -274,16 +225,7 @@ TEST(GemmAvx512, EqualsScalarReferenceBitForBit) {
         for (int64_t n_rows : {1, 7, 16, 23}) {
           for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 18}) {  // tiles, blockwise packing, panels
             auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
-            if (extreme) {
-              const TypeTraits& traits = type_traits(c.type);
-              for (auto& byte : w) byte |= c.type == DType::Q8_0 ? 0x80 : 0xee;
-              for (int64_t b = 0; b < n_rows * n / traits.block_size; ++b) {  // finite scales again
-                uint8_t* blk = w.data() + b * traits.type_size;
-                const uint16_t d = fp32_to_fp16(0.01f);
-                std::memcpy(blk + (c.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
-                if (c.type == DType::Q4_K || c.type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
-              }
-            }
+            if (extreme) testing::make_extreme(c.type, w);
             auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
             if (extreme)
               for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127

@@ -1,0 +1,53 @@
+// AMX-INT8 GEMM for prefill and batched decode, on CPUs with Intel's tile unit (Sapphire
+// Rapids and later: the `amx_int8` CPU flag).
+//
+// One TDPBSSD multiplies a 16 x 64 tile of int8 activations by a 64 x 16 tile of int8
+// weights into 16 x 16 int32 sums: 16384 multiply-adds, against 64 for one AVX-512
+// vpdpbusd. The weights stay as they lie in the GGUF file (zero-copy, nothing repacked at
+// load); each thread unpacks a panel of 16 rows into the tile layout in L2 and runs every
+// 16-token tile of the batch over it.
+//
+//   if (amx_usable()) gemm_q4_k_amx(args, n_rows, n_tokens);   // as any GemmFn
+//   else std::cerr << amx_status() << "\n";                      // why not
+//
+// Every output equals the scalar reference bit for bit (gemm.cpp): the tiles produce the
+// exact integer block dot products, then the float scales apply per block in block order
+// as there. Token and row counts that do not fill a 16 x 16 tile run on the AVX-512 VNNI
+// kernels, which are bit-identical too.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "kernels/gemm.h"
+
+namespace ridge::kernels {
+
+// True when the CPU has AMX-TILE and AMX-INT8, the OS enables tile state (XCR0), and
+// the process was granted the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM,
+// requested once, on the first call). The AVX-512 VNNI kernels must be usable too.
+bool amx_usable();
+
+// "AMX-INT8 in use", or the reason it is not ("no amx_int8 in this CPU", "the kernel
+// refused the tile data permission: ...").
+const std::string& amx_status();
+
+// The GemmFn entries for the AMX table. Call only when amx_usable(); they throw
+// otherwise. Each thread loads its tile configuration on entry.
+void gemm_q8_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q6_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+
+// Batches below this many tokens gain nothing from the tiles (one 16-token tile would
+// pay a whole panel unpack) and run on the AVX-512 VNNI kernels.
+constexpr int64_t kAmxMinTokens = 16;
+
+// The machine's int8 multiply-add throughput through the tiles: `threads` threads each
+// running independent TDPBSSDs from registers for about `seconds`, in ops/s (2 per
+// multiply-add), summed. 0 when !amx_usable().
+double amx_int8_peak_ops_per_s(int threads, double seconds = 0.1);
+
+}  // namespace ridge::kernels
