@@ -49,6 +49,19 @@ inline void configure_tiles(std::initializer_list<std::pair<int, int>> shapes) {
 
 constexpr int kAmxTokens = 16;  // tokens per A tile (its rows)
 
+// Tile loads and stores of contiguous bytes, as GCC's _tile_loadd/_tile_stored but
+// naming the bytes they read or write instead of clobbering all memory: with the
+// clobber, every accumulator the kernel keeps in registers went through the stack
+// around each tile instruction. T is a literal tile number (pasted into the asm).
+#define RIDGE_TILE_LOAD(T, ptr, row_bytes, bytes)                                        \
+  __asm__ volatile("tileloadd (%1,%2,1), %%tmm" #T                                     \
+                   :                                                                   \
+                   : "m"(*reinterpret_cast<const uint8_t(*)[bytes]>(ptr)), "r"(ptr), "r"(long{row_bytes}))
+#define RIDGE_TILE_STORE(T, ptr)                                                         \
+  __asm__ volatile("tilestored %%tmm" #T ", (%1,%2,1)"                                 \
+                   : "=m"(*reinterpret_cast<uint8_t(*)[kAmxTokens * 64]>(ptr))         \
+                   : "r"(ptr), "r"(64L))
+
 // Tokens t0.. of `a` as a call of their own: the batch remainder the tiles leave.
 inline GemmArgs tokens_from(const GemmArgs& a, int64_t t0) {
   GemmArgs rest = a;
@@ -58,8 +71,6 @@ inline GemmArgs tokens_from(const GemmArgs& a, int64_t t0) {
   rest.sums_t = nullptr;
   return rest;
 }
-
-// ---- Q8_0, Q4_0, Q5_0 -----------------------------------------------------------------
 
 // The batch's activations laid out for the tiles, once per call: for each 16-token tile
 // and block, the A tile's bytes (16 rows, contiguous: loads stream instead of touching
@@ -80,21 +91,49 @@ uint8_t* act_tile_buffer(size_t bytes) {
   return buffer.get();
 }
 
-// Runs the output tile of 16 rows x (16 * kTiles) tokens over all blocks: per block,
-// issue(b) runs the tiles and stores their dots, combine(tile, b, acc) applies the
-// scales to one token tile's accumulators. The accumulators live in L1 (32 tokens'
-// would not fit in registers beside the rest).
-template <int kTiles, class Issue, class Combine>
-inline void run_output_tile(const GemmArgs& a, int64_t nb, int64_t r0, int rows, int64_t t0, Issue&& issue,
-                            Combine&& combine) {
-  alignas(64) float acc[kTiles][kAmxTokens][kPanelRows] = {};
-  for (int64_t b = 0; b < nb; ++b) {
-    issue(b);
-    for (int tile = 0; tile < kTiles; ++tile) combine(tile, b, acc[tile]);
+// The blocks of one output tile (16 rows x 16 tokens), software-pipelined: the tile
+// work of block b + 1 is issued before the vector work of block b, so the tile unit
+// computes the next block's dots while the vector unit applies this block's scales.
+// (In lockstep each block waited for its own dots and their store: a third slower.)
+// issue0/issue1 use disjoint tiles and dot buffers 0/1, alternating;
+// combine(acc, buffer, b) folds block b's dots into the 16 accumulators; they are passed
+// in rather than captured, so they stay in registers (a lambda holding a reference to
+// them kept them on the stack: a load and a store around every fma).
+template <class Issue0, class Issue1, class Combine>
+[[gnu::always_inline]] inline void pipelined_blocks(int64_t nb, Issue0&& issue0, Issue1&& issue1, Combine&& combine,
+                                                    __m512 (&acc)[kAmxTokens]) {
+  issue0(0);
+  for (int64_t b = 0; b < nb; b += 2) {
+    if (b + 1 < nb) issue1(b + 1);
+    combine(acc, 0, b);
+    if (b + 1 >= nb) break;
+    if (b + 2 < nb) issue0(b + 2);
+    combine(acc, 1, b + 1);
   }
-  for (int tile = 0; tile < kTiles; ++tile)
-    for (int t = 0; t < kAmxTokens; ++t)
-      store_rows16(a.y + (t0 + kAmxTokens * tile + t) * a.ldy + r0, _mm512_load_ps(acc[tile][t]), rows);
+}
+
+// Rows in chunks whose packed panels fit in kAmxChunkBytes of L2: a chunk's panels are
+// packed once, then each token tile runs across all of them, so each token's outputs
+// are written in runs of whole chunks. (Panel by panel, every 16-row output tile wrote
+// one cache line in each of 16 token rows a whole row of y apart: at 512 tokens those
+// scattered writes, each on its own page, halved the speed of 896-wide matrices.)
+constexpr size_t kAmxChunkBytes = 1024 * 1024;
+
+// pack(r0, rows, panel) packs rows r0..r0+rows-1; run(panel, r0, rows, tile) computes
+// them for token tile `tile`.
+template <class Pack, class Run>
+[[gnu::always_inline]] inline void amx_row_chunks(int64_t n_rows, int64_t n_tiles, size_t panel_bytes, Pack&& pack,
+                                                  Run&& run) {
+  const int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kAmxChunkBytes / panel_bytes));
+  uint8_t* panels = panel_buffer(static_cast<size_t>(per_chunk) * panel_bytes);
+  for (int64_t c0 = 0; c0 < n_rows; c0 += per_chunk * kPanelRows) {
+    const int64_t c1 = std::min(n_rows, c0 + per_chunk * kPanelRows);
+    const auto panel = [&](int64_t r0) { return panels + (r0 - c0) / kPanelRows * panel_bytes; };
+    const auto rows = [&](int64_t r0) { return static_cast<int>(std::min<int64_t>(kPanelRows, c1 - r0)); };
+    for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) pack(r0, rows(r0), panel(r0));
+    for (int64_t tile = 0; tile < n_tiles; ++tile)
+      for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) run(panel(r0), r0, rows(r0), tile);
+  }
 }
 
 // ---- Q8_0, Q4_0, Q5_0 -----------------------------------------------------------------
@@ -102,14 +141,14 @@ inline void run_output_tile(const GemmArgs& a, int64_t nb, int64_t r0, int rows,
 // Activation tile of a 32-element block: 16 tokens x 32 bytes, then their 16 scales.
 constexpr size_t kQ8ActTile = kAmxTokens * 32 + 64;
 
-// Tiles: 0 and 1 = A (two token tiles x one block), 2 = B (the block's 8 panel
-// vectors), 4 and 5 = C (16 tokens x 16 rows of int32 each).
+// Tiles, per pipeline half: A (16 tokens x one block: 0, 1), B (the block's 8 panel
+// vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
 template <class U8>
 void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using K = Q8Family<U8>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokens) return gemm<K>(a, n_rows, n_tokens);
-  configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {0, 0}, {kAmxTokens, 64}, {kAmxTokens, 64}});
+  configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
   uint8_t* acts = act_tile_buffer(static_cast<size_t>(n_tiles * nb) * kQ8ActTile);
   for (int64_t tile = 0; tile < n_tiles; ++tile)
@@ -121,51 +160,45 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         reinterpret_cast<float*>(dst + kAmxTokens * 32)[t] = row.d[b];
       }
     }
-  uint8_t* panel = panel_buffer(static_cast<size_t>(nb) * K::kPanelBlock);
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
   // The panel holds q + 2^kShift (unsigned, for vpdpbusd); the tiles take q itself.
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(1 << U8::kShift));
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {
     pack_panel<K>(a, r0, rows, panel);
     for (int64_t b = 0; b < nb; ++b) {
       uint8_t* blk = panel + b * K::kPanelBlock;
       for (int g = 0; g < 8; ++g)
         _mm512_store_si512(blk + 64 * g, _mm512_sub_epi8(_mm512_load_si512(blk + 64 * g), offset));
     }
-    const auto combine_from = [&](int64_t tile0) {
-      return [&, tile0](int tile, int64_t b, float (*acc)[kPanelRows]) {
-        const float* d = reinterpret_cast<const float*>(acts + ((tile0 + tile) * nb + b) * kQ8ActTile + kAmxTokens * 32);
-        const __m512 dw = _mm512_load_ps(panel + b * K::kPanelBlock + 8 * 64);
-        for (int t = 0; t < kAmxTokens; ++t)
-          _mm512_store_ps(acc[t], _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[tile] + kPanelRows * t)),
-                                                  _mm512_mul_ps(dw, _mm512_set1_ps(d[t])), _mm512_load_ps(acc[t])));
-      };
-    };
+  };
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
+    const uint8_t* act = acts + tile * nb * kQ8ActTile;
+    __m512 acc[kAmxTokens];
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
     // The intrinsics paste tile numbers into the asm text: literals only.
-    int64_t tile = 0;
-    for (; tile + 2 <= n_tiles; tile += 2)
-      run_output_tile<2>(a, nb, r0, rows, kAmxTokens * tile, [&](int64_t b) {
-        const uint8_t* act = acts + (tile * nb + b) * kQ8ActTile;
-        _tile_loadd(0, act, 32);
-        _tile_loadd(1, act + nb * kQ8ActTile, 32);
-        _tile_loadd(2, panel + b * K::kPanelBlock, 64);
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_dpbssd(4, 0, 2);
-        _tile_dpbssd(5, 1, 2);
-        _tile_stored(4, dots[0], 64);
-        _tile_stored(5, dots[1], 64);
-      }, combine_from(tile));
-    if (tile < n_tiles)
-      run_output_tile<1>(a, nb, r0, rows, kAmxTokens * tile, [&](int64_t b) {
-        _tile_loadd(0, acts + (tile * nb + b) * kQ8ActTile, 32);
-        _tile_loadd(2, panel + b * K::kPanelBlock, 64);
-        _tile_zero(4);
-        _tile_dpbssd(4, 0, 2);
-        _tile_stored(4, dots[0], 64);
-      }, combine_from(tile));
+#define RIDGE_AMX_Q8_ISSUE(TA, TB, TC)                                     \
+  [&](int64_t b) {                                                        \
+    RIDGE_TILE_LOAD(TA, act + b * kQ8ActTile, 32, kAmxTokens * 32);       \
+    RIDGE_TILE_LOAD(TB, panel + b * K::kPanelBlock, 64, 8 * 64);          \
+    _tile_zero(TC);                                                       \
+    _tile_dpbssd(TC, TA, TB);                                             \
+    RIDGE_TILE_STORE(TC, dots[TC - 4]);                                   \
   }
+    const auto combine = [&](__m512(&acc)[kAmxTokens], int set, int64_t b) {
+      const float* d = reinterpret_cast<const float*>(act + b * kQ8ActTile + kAmxTokens * 32);
+      const __m512 dw = _mm512_load_ps(panel + b * K::kPanelBlock + 8 * 64);
+#pragma GCC unroll 16
+      for (int t = 0; t < kAmxTokens; ++t)
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kPanelRows * t)),
+                                 _mm512_mul_ps(dw, _mm512_set1_ps(d[t])), acc[t]);
+    };
+    pipelined_blocks(nb, RIDGE_AMX_Q8_ISSUE(0, 2, 4), RIDGE_AMX_Q8_ISSUE(1, 3, 5), combine, acc);
+#undef RIDGE_AMX_Q8_ISSUE
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
+  };
+  amx_row_chunks(n_rows, n_tiles, static_cast<size_t>(nb) * K::kPanelBlock, pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 
@@ -233,15 +266,15 @@ struct AmxKBlock {
 // the mins are (4 vectors, lane t: sums of sub-blocks 2i and 2i + 1 as int16).
 constexpr size_t kKActTile = 4 * 1024 + 64 + 4 * 64;
 
-// Tiles: 0 and 1 = A (two token tiles x 64 elements), 2 and 3 = B (low and high bytes
-// of 64 elements), 4..7 = C (low and high dots over the whole block, per token tile).
+// Tiles: A (16 tokens x 64 elements: 0), B (low and high bytes of 64 elements: 1, 2), and
+// per pipeline half C (the low and high dots over the whole block: 3 and 4, 5 and 6).
 template <class K>
 void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using P = AmxKBlock<K>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokens) return gemm<K>(a, n_rows, n_tokens);
-  configure_tiles({{kAmxTokens, 64}, {kAmxTokens, 64}, {16, 64}, {16, 64}, {kAmxTokens, 64}, {kAmxTokens, 64},
-                   {kAmxTokens, 64}, {kAmxTokens, 64}});
+  configure_tiles({{kAmxTokens, 64}, {16, 64}, {16, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}, {kAmxTokens, 64},
+                   {kAmxTokens, 64}});
   const int64_t nb = a.n_in / kQK_K;
   uint8_t* acts = act_tile_buffer(static_cast<size_t>(n_tiles * nb) * kKActTile);
   for (int64_t tile = 0; tile < n_tiles; ++tile)
@@ -256,87 +289,72 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
           sums[32 * (s / 2) + 2 * t + s % 2] = static_cast<int16_t>(y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);
       }
     }
-  uint8_t* panel = panel_buffer(static_cast<size_t>(nb) * P::kBytes);
   alignas(64) uint8_t scratch[K::kPanelBlock];
   alignas(64) int32_t lo[2][kAmxTokens * kPanelRows], hi[2][kAmxTokens * kPanelRows];
-  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
-    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes);
       P::pack(w, b, scratch, panel + b * P::kBytes);
     }
-    const auto combine_from = [&](int64_t tile0) {
-      return [&, tile0](int tile, int64_t b, float (*acc)[kPanelRows]) {
-        const uint8_t* blk = panel + b * P::kBytes;
-        const uint8_t* act = acts + ((tile0 + tile) * nb + b) * kKActTile;
-        const auto* dy = reinterpret_cast<const float*>(act + 4096);
-        const auto* sums = reinterpret_cast<const int32_t*>(act + 4096 + 64);
-        const __m512 dv = _mm512_load_ps(blk + P::kD);
-        for (int t = 0; t < kAmxTokens; ++t) {
-          const __m512i isum = _mm512_add_epi32(_mm512_load_si512(lo[tile] + kPanelRows * t),
-                                                _mm512_slli_epi32(_mm512_load_si512(hi[tile] + kPanelRows * t), 8));
-          const __m512 d = _mm512_set1_ps(dy[t]);
-          __m512 sum = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, d), _mm512_load_ps(acc[t]));
-          if constexpr (!P::kSignedOffset) {
-            __m512i imin = _mm512_setzero_si512();
-            for (int i = 0; i < 4; ++i)
-              imin = _mm512_dpwssd_epi32(imin, _mm512_load_si512(blk + P::kMins + 64 * i),
-                                         _mm512_set1_epi32(sums[kAmxTokens * i + t]));
-            sum = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(_mm512_load_ps(blk + P::kDmin), d), sum);
-          }
-          _mm512_store_ps(acc[t], sum);
-        }
-      };
-    };
+  };
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
+    const uint8_t* acts_tile = acts + tile * nb * kKActTile;
+    __m512 acc[kAmxTokens];
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
     // The intrinsics paste tile numbers into the asm text: literals only. Low bytes are
     // unsigned; high bytes are signed for Q6_K, unsigned (0..7) otherwise.
-#define RIDGE_AMX_K_DOTS(C, A, B)                      \
-  if constexpr (P::kSignedOffset && B == 3) _tile_dpbssd(C, A, B); \
-  else _tile_dpbsud(C, A, B)
-    int64_t tile = 0;
-    for (; tile + 2 <= n_tiles; tile += 2)
-      run_output_tile<2>(a, nb, r0, rows, kAmxTokens * tile, [&](int64_t b) {
-        const uint8_t* blk = panel + b * P::kBytes;
-        const uint8_t* act = acts + (tile * nb + b) * kKActTile;
-        _tile_zero(4);
-        _tile_zero(5);
-        _tile_zero(6);
-        _tile_zero(7);
-        for (int c = 0; c < 4; ++c) {
-          _tile_loadd(0, act + 1024 * c, 64);
-          _tile_loadd(1, act + nb * kKActTile + 1024 * c, 64);
-          _tile_loadd(2, blk + P::kLo + 1024 * c, 64);
-          _tile_loadd(3, blk + P::kHi + 1024 * c, 64);
-          RIDGE_AMX_K_DOTS(4, 0, 2);
-          RIDGE_AMX_K_DOTS(5, 0, 3);
-          RIDGE_AMX_K_DOTS(6, 1, 2);
-          RIDGE_AMX_K_DOTS(7, 1, 3);
-        }
-        _tile_stored(4, lo[0], 64);
-        _tile_stored(5, hi[0], 64);
-        _tile_stored(6, lo[1], 64);
-        _tile_stored(7, hi[1], 64);
-      }, combine_from(tile));
-    if (tile < n_tiles)
-      run_output_tile<1>(a, nb, r0, rows, kAmxTokens * tile, [&](int64_t b) {
-        const uint8_t* blk = panel + b * P::kBytes;
-        const uint8_t* act = acts + (tile * nb + b) * kKActTile;
-        _tile_zero(4);
-        _tile_zero(5);
-        for (int c = 0; c < 4; ++c) {
-          _tile_loadd(0, act + 1024 * c, 64);
-          _tile_loadd(2, blk + P::kLo + 1024 * c, 64);
-          _tile_loadd(3, blk + P::kHi + 1024 * c, 64);
-          RIDGE_AMX_K_DOTS(4, 0, 2);
-          RIDGE_AMX_K_DOTS(5, 0, 3);
-        }
-        _tile_stored(4, lo[0], 64);
-        _tile_stored(5, hi[0], 64);
-      }, combine_from(tile));
-#undef RIDGE_AMX_K_DOTS
+#define RIDGE_AMX_K_ISSUE(TLO, THI)                                 \
+  [&](int64_t b) {                                                 \
+    const uint8_t* blk = panel + b * P::kBytes;                    \
+    const uint8_t* act = acts_tile + b * kKActTile;                \
+    _tile_zero(TLO);                                               \
+    _tile_zero(THI);                                               \
+    for (int c = 0; c < 4; ++c) {                                  \
+      RIDGE_TILE_LOAD(0, act + 1024 * c, 64, 1024);                \
+      RIDGE_TILE_LOAD(1, blk + P::kLo + 1024 * c, 64, 1024);       \
+      RIDGE_TILE_LOAD(2, blk + P::kHi + 1024 * c, 64, 1024);       \
+      _tile_dpbsud(TLO, 0, 1);                                     \
+      if constexpr (P::kSignedOffset) _tile_dpbssd(THI, 0, 2);     \
+      else _tile_dpbsud(THI, 0, 2);                                \
+    }                                                              \
+    RIDGE_TILE_STORE(TLO, lo[(TLO - 3) / 2]);                      \
+    RIDGE_TILE_STORE(THI, hi[(TLO - 3) / 2]);                      \
   }
+    const auto combine = [&](__m512(&acc)[kAmxTokens], int set, int64_t b) {
+      const uint8_t* blk = panel + b * P::kBytes;
+      const uint8_t* act = acts_tile + b * kKActTile;
+      const auto* dy = reinterpret_cast<const float*>(act + 4096);
+      [[maybe_unused]] const auto* sums = reinterpret_cast<const int32_t*>(act + 4096 + 64);
+      const __m512 dv = _mm512_load_ps(blk + P::kD);
+      [[maybe_unused]] __m512i mins[4];
+      [[maybe_unused]] __m512 dminv;
+      if constexpr (!P::kSignedOffset) {
+        for (int i = 0; i < 4; ++i) mins[i] = _mm512_load_si512(blk + P::kMins + 64 * i);
+        dminv = _mm512_load_ps(blk + P::kDmin);
+      }
+#pragma GCC unroll 16
+      for (int t = 0; t < kAmxTokens; ++t) {
+        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(lo[set] + kPanelRows * t),
+                                              _mm512_slli_epi32(_mm512_load_si512(hi[set] + kPanelRows * t), 8));
+        const __m512 d = _mm512_set1_ps(dy[t]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, d), acc[t]);
+        if constexpr (!P::kSignedOffset) {
+          __m512i imin = _mm512_setzero_si512();
+          for (int i = 0; i < 4; ++i)
+            imin = _mm512_dpwssd_epi32(imin, mins[i], _mm512_set1_epi32(sums[kAmxTokens * i + t]));
+          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dminv, d), acc[t]);
+        }
+      }
+    };
+    pipelined_blocks(nb, RIDGE_AMX_K_ISSUE(3, 4), RIDGE_AMX_K_ISSUE(5, 6), combine, acc);
+#undef RIDGE_AMX_K_ISSUE
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
+  };
+  amx_row_chunks(n_rows, n_tiles, static_cast<size_t>(nb) * P::kBytes, pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 
@@ -370,5 +388,8 @@ inline std::pair<double, double> amx_probe_thread(double seconds) {
   _tile_release();
   return {macs, elapsed};
 }
+
+#undef RIDGE_TILE_LOAD
+#undef RIDGE_TILE_STORE
 
 #pragma GCC pop_options
