@@ -49,6 +49,9 @@ struct GemmArgs {
   const float* scales_t = nullptr;
   const int32_t* sums_t = nullptr;
   int64_t scales_t_stride = 0;
+  // AMX kernels (optional): every whole 16-token tile of the batch, laid out by
+  // amx_build_act_tiles (gemm_amx.h) once for all threads. Null: each call lays out its own.
+  const uint8_t* amx_tiles = nullptr;
 };
 
 // The transposed kQ8_0 tables for n_tokens rows of n_in: 4-byte entries per table, the

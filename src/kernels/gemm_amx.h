@@ -41,6 +41,16 @@ void gemm_q4_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
+// The activations as the tiles read them: per 16-token tile and block, the 16 tokens'
+// bytes contiguous, then their scales (and for kQ8_K their sub-block sums). A matmul
+// lays them out once and passes them in GemmArgs::amx_tiles, instead of every call (a
+// share of the rows) laying out all tokens again. Bytes of one tile, for kQ8_0 or kQ8_K
+// activations of n_in elements; and the layout of tiles [begin, end) of a batch into
+// `tiles` (tile i at i * amx_act_tile_bytes).
+size_t amx_act_tile_bytes(ActFormat format, int64_t n_in);
+void amx_build_act_tiles(ActFormat format, const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin,
+                         int64_t end, uint8_t* tiles);
+
 // Batches below this many tokens gain nothing from the tiles (one 16-token tile would
 // pay a whole panel unpack) and run on the AVX-512 VNNI kernels.
 constexpr int64_t kAmxMinTokens = 16;

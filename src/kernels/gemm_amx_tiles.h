@@ -136,10 +136,49 @@ template <class Pack, class Run>
   }
 }
 
-// ---- Q8_0, Q4_0, Q5_0 -----------------------------------------------------------------
-
 // Activation tile of a 32-element block: 16 tokens x 32 bytes, then their 16 scales.
 constexpr size_t kQ8ActTile = kAmxTokens * 32 + 64;
+
+// Activation tile of a 256-element block: 4 A tiles (16 tokens x 64 bytes each), the
+// 16 tokens' scales, and for Q4_K/Q5_K their 16-sums added per sub-block and paired as
+// the mins are (4 vectors, lane t: sums of sub-blocks 2i and 2i + 1 as int16).
+constexpr size_t kKActTile = 4 * 1024 + 64 + 4 * 64;
+
+// Token tiles [begin, end) of a batch's quantized rows, laid out for the tiles at
+// `tiles` (tile i at i * the tile bytes).
+inline void build_q8_act_tiles(const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin, int64_t end,
+                               uint8_t* tiles) {
+  const int64_t nb = n_in / 32;
+  for (int64_t tile = begin; tile < end; ++tile)
+    for (int t = 0; t < kAmxTokens; ++t) {
+      const uint8_t* row = act + (kAmxTokens * tile + t) * act_stride;
+      const auto* d = reinterpret_cast<const float*>(row + n_in);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* dst = tiles + (tile * nb + b) * kQ8ActTile;
+        std::memcpy(dst + 32 * t, row + 32 * b, 32);
+        reinterpret_cast<float*>(dst + kAmxTokens * 32)[t] = d[b];
+      }
+    }
+}
+
+inline void build_k_act_tiles(const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin, int64_t end,
+                              uint8_t* tiles) {
+  const int64_t nb = n_in / kQK_K;
+  for (int64_t tile = begin; tile < end; ++tile)
+    for (int t = 0; t < kAmxTokens; ++t) {
+      const auto* y = reinterpret_cast<const BlockQ8_K*>(act + (kAmxTokens * tile + t) * act_stride);
+      for (int64_t b = 0; b < nb; ++b) {
+        uint8_t* dst = tiles + (tile * nb + b) * kKActTile;
+        for (int c = 0; c < 4; ++c) std::memcpy(dst + 1024 * c + 64 * t, y[b].qs + 64 * c, 64);
+        reinterpret_cast<float*>(dst + 4096)[t] = y[b].d;
+        auto* sums = reinterpret_cast<int16_t*>(dst + 4096 + 64);
+        for (int s = 0; s < 8; ++s)
+          sums[32 * (s / 2) + 2 * t + s % 2] = static_cast<int16_t>(y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);
+      }
+    }
+}
+
+// ---- Q8_0, Q4_0, Q5_0 -----------------------------------------------------------------
 
 // Tiles, per pipeline half: A (16 tokens x one block: 0, 1), B (the block's 8 panel
 // vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
@@ -150,16 +189,12 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   if (tiled < kAmxMinTokens) return gemm<K>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
-  uint8_t* acts = act_tile_buffer(static_cast<size_t>(n_tiles * nb) * kQ8ActTile);
-  for (int64_t tile = 0; tile < n_tiles; ++tile)
-    for (int t = 0; t < kAmxTokens; ++t) {
-      const ActRow row = act_row(a, kAmxTokens * tile + t);
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* dst = acts + (tile * nb + b) * kQ8ActTile;
-        std::memcpy(dst + 32 * t, row.q + 32 * b, 32);
-        reinterpret_cast<float*>(dst + kAmxTokens * 32)[t] = row.d[b];
-      }
-    }
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(static_cast<size_t>(n_tiles) * amx_act_tile_bytes(ActFormat::kQ8_0, a.n_in));
+    build_q8_act_tiles(a.act, a.act_stride, a.n_in, 0, n_tiles, built);
+    acts = built;
+  }
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
   // The panel holds q + 2^kShift (unsigned, for vpdpbusd); the tiles take q itself.
   const __m512i offset = _mm512_set1_epi8(static_cast<char>(1 << U8::kShift));
@@ -261,11 +296,6 @@ struct AmxKBlock {
   }
 };
 
-// Activation tile of a 256-element block: 4 A tiles (16 tokens x 64 bytes each), the
-// 16 tokens' scales, and for Q4_K/Q5_K their 16-sums added per sub-block and paired as
-// the mins are (4 vectors, lane t: sums of sub-blocks 2i and 2i + 1 as int16).
-constexpr size_t kKActTile = 4 * 1024 + 64 + 4 * 64;
-
 // Tiles: A (16 tokens x 64 elements: 0), B (low and high bytes of 64 elements: 1, 2), and
 // per pipeline half C (the low and high dots over the whole block: 3 and 4, 5 and 6).
 template <class K>
@@ -276,19 +306,12 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   configure_tiles({{kAmxTokens, 64}, {16, 64}, {16, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}, {kAmxTokens, 64},
                    {kAmxTokens, 64}});
   const int64_t nb = a.n_in / kQK_K;
-  uint8_t* acts = act_tile_buffer(static_cast<size_t>(n_tiles * nb) * kKActTile);
-  for (int64_t tile = 0; tile < n_tiles; ++tile)
-    for (int t = 0; t < kAmxTokens; ++t) {
-      const BlockQ8_K* y = act_k(a, kAmxTokens * tile + t);
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* dst = acts + (tile * nb + b) * kKActTile;
-        for (int c = 0; c < 4; ++c) std::memcpy(dst + 1024 * c + 64 * t, y[b].qs + 64 * c, 64);
-        reinterpret_cast<float*>(dst + 4096)[t] = y[b].d;
-        auto* sums = reinterpret_cast<int16_t*>(dst + 4096 + 64);
-        for (int s = 0; s < 8; ++s)
-          sums[32 * (s / 2) + 2 * t + s % 2] = static_cast<int16_t>(y[b].bsums[2 * s] + y[b].bsums[2 * s + 1]);
-      }
-    }
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(static_cast<size_t>(n_tiles) * amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
+    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, n_tiles, built);
+    acts = built;
+  }
   alignas(64) uint8_t scratch[K::kPanelBlock];
   alignas(64) int32_t lo[2][kAmxTokens * kPanelRows], hi[2][kAmxTokens * kPanelRows];
   const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {

@@ -526,6 +526,19 @@ void gemm_q4_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_en
 void gemm_q5_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<QK4<true>>>(a, n_rows, n_tokens); }
 void gemm_q6_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<Q6K>>(a, n_rows, n_tokens); }
 
+size_t amx_act_tile_bytes(ActFormat format, int64_t n_in) {
+  if (format == ActFormat::kQ8_0) return static_cast<size_t>(n_in / 32) * kQ8ActTile;
+  if (format == ActFormat::kQ8_K) return static_cast<size_t>(n_in / kQK_K) * kKActTile;
+  throw Error("amx_act_tile_bytes: the AMX kernels take Q8_0 or Q8_K activations");
+}
+
+void amx_build_act_tiles(ActFormat format, const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin,
+                         int64_t end, uint8_t* tiles) {
+  if (format == ActFormat::kQ8_0) return build_q8_act_tiles(act, act_stride, n_in, begin, end, tiles);
+  if (format == ActFormat::kQ8_K) return build_k_act_tiles(act, act_stride, n_in, begin, end, tiles);
+  throw Error("amx_build_act_tiles: the AMX kernels take Q8_0 or Q8_K activations");
+}
+
 double amx_int8_peak_ops_per_s(int threads, double seconds) {
   if (!amx_usable() || threads < 1) return 0;
   std::vector<std::pair<double, double>> runs(static_cast<size_t>(threads));

@@ -43,8 +43,8 @@ std::vector<uint8_t> activations(ActFormat format, int64_t n, int64_t n_tokens, 
   return act;
 }
 
-// Runs `fn` and the scalar reference on one random problem; returns the first index
-// where they differ, or -1.
+// Runs `fn` (laying out its own activation tiles, then given them) and the scalar
+// reference on one random problem; returns the first index where they differ, or -1.
 int64_t first_difference(const Case& c, int64_t n, int64_t n_rows, int64_t n_tokens, bool extreme, uint32_t seed) {
   const GemmKernel* ref = gemm_kernel(c.type, Isa::kScalar);
   auto w = random_weight_bytes(c.type, n, n_rows, seed);
@@ -56,6 +56,16 @@ int64_t first_difference(const Case& c, int64_t n, int64_t n_rows, int64_t n_tok
   const auto got = run_gemm(c.fn, ref->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
   for (size_t i = 0; i < got.size(); ++i)
     if (!(got[i] == want[i])) return static_cast<int64_t>(i);
+  // Again with the activation tiles laid out beforehand, as matmul passes them.
+  const int64_t n_tiles = n_tokens / 16;
+  std::vector<uint8_t> tiles(n_tiles * amx_act_tile_bytes(ref->act, n));
+  amx_build_act_tiles(ref->act, act.data(), stride, n, 0, n_tiles, tiles.data());
+  std::vector<float> y(static_cast<size_t>(ldy * n_tokens), -7.0f);
+  GemmArgs args{n, w.data(), row_size(c.type, n), act.data(), stride, y.data(), ldy};
+  args.amx_tiles = tiles.data();
+  c.fn(args, n_rows, n_tokens);
+  for (size_t i = 0; i < y.size(); ++i)
+    if (!(y[i] == want[i])) return static_cast<int64_t>(y.size() + i);  // past got: the prebuilt run
   return -1;
 }
 
