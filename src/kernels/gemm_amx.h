@@ -12,7 +12,8 @@
 //
 // Every output equals the scalar reference bit for bit (gemm.cpp): the tiles produce the
 // exact integer block dot products, then the float scales apply per block in block order
-// as there. Token and row counts that do not fill a 16 x 16 tile run on the AVX-512 VNNI
+// as there. Tokens past the last whole 16-token tile, and batches too small to repay
+// unpacking the panels (below 16 tokens; 32 for the K-quants), run on the AVX-512 VNNI
 // kernels, which are bit-identical too.
 #pragma once
 
@@ -51,9 +52,6 @@ size_t amx_act_tile_bytes(ActFormat format, int64_t n_in);
 void amx_build_act_tiles(ActFormat format, const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin,
                          int64_t end, uint8_t* tiles);
 
-// Batches below this many tokens gain nothing from the tiles (one 16-token tile would
-// pay a whole panel unpack) and run on the AVX-512 VNNI kernels.
-constexpr int64_t kAmxMinTokens = 16;
 
 // The machine's int8 multiply-add throughput through the tiles: `threads` threads each
 // running independent TDPBSSDs from registers for about `seconds`, in ops/s (2 per

@@ -49,6 +49,11 @@ inline void configure_tiles(std::initializer_list<std::pair<int, int>> shapes) {
 
 constexpr int kAmxTokens = 16;  // tokens per A tile (its rows)
 
+// The smallest batches the tiles take: below, unpacking the panels for so few tokens
+// costs more than the tiles save. Measured at 16 tokens against the AVX-512 kernels
+// (one thread): Q8_0 and Q5_0 1.3-1.5x, Q6_K 1.1x, Q4_K 0.9-1.0x; at 32, Q4_K 1.4x.
+constexpr int64_t kAmxMinTokensQ8 = 16, kAmxMinTokensK = 32;
+
 // Tile loads and stores of contiguous bytes, as GCC's _tile_loadd/_tile_stored but
 // naming the bytes they read or write instead of clobbering all memory: with the
 // clobber, every accumulator the kernel keeps in registers went through the stack
@@ -186,7 +191,7 @@ template <class U8>
 void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using K = Q8Family<U8>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
-  if (tiled < kAmxMinTokens) return gemm<K>(a, n_rows, n_tokens);
+  if (tiled < kAmxMinTokensQ8) return gemm<K>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
   const uint8_t* acts = a.amx_tiles;
@@ -252,36 +257,24 @@ struct AmxKBlock {
   static constexpr size_t kBytes = kSignedOffset ? kD + 64 : kDmin + 64;
 
   // Block b of 16 rows: K's panel block (into `scratch`), then each vector scaled per
-  // row and split into bytes.
+  // row and split into bytes. The 16-bit products are formed for the even and the odd
+  // bytes in place (word lanes), so the bytes go back with shifts and masks, no shuffles.
   static void pack(const uint8_t* const (&w)[kPanelRows], int64_t b, uint8_t* scratch, uint8_t* dst) {
     K::pack_block(w, b, scratch);
-    alignas(64) int16_t pick[2][32];  // word i of a half: the scale of its row (i / 4, + 8)
-    alignas(64) uint8_t even[64], odd[64];
-    for (int i = 0; i < 32; ++i) {
-      pick[0][i] = static_cast<int16_t>(2 * (i / 4));
-      pick[1][i] = static_cast<int16_t>(2 * (8 + i / 4));
-    }
-    for (int i = 0; i < 64; ++i) {
-      even[i] = static_cast<uint8_t>(2 * i);
-      odd[i] = static_cast<uint8_t>(2 * i + 1);
-    }
-    const __m512i pick_lo = _mm512_load_si512(pick[0]), pick_hi = _mm512_load_si512(pick[1]);
-    const __m512i low_bytes = _mm512_load_si512(even), high_bytes = _mm512_load_si512(odd);
+    const __m512i low = _mm512_set1_epi16(0x00ff);
+    const __m512i offset = _mm512_set1_epi16(kSignedOffset ? 32 : 0);
     constexpr int kVectors = 64 / kGroups;
     for (int g = 0; g < kGroups; ++g) {
-      const __m512i scale = _mm512_load_si512(scratch + K::kScales + 64 * g);  // int32 lanes, int16 values
-      const __m512i s0 = _mm512_permutexvar_epi16(pick_lo, scale), s1 = _mm512_permutexvar_epi16(pick_hi, scale);
+      // int32 lanes holding int16 values: the row's scale in both words of its lane.
+      const __m512i sc = _mm512_load_si512(scratch + K::kScales + 64 * g);
+      const __m512i scale = _mm512_or_si512(_mm512_and_si512(sc, _mm512_set1_epi32(0xffff)), _mm512_slli_epi32(sc, 16));
       for (int v = kVectors * g; v < kVectors * (g + 1); ++v) {
         const __m512i q = _mm512_load_si512(scratch + 64 * v);
-        __m512i q0 = _mm512_cvtepu8_epi16(_mm512_castsi512_si256(q));
-        __m512i q1 = _mm512_cvtepu8_epi16(_mm512_extracti64x4_epi64(q, 1));
-        if constexpr (kSignedOffset) {
-          q0 = _mm512_sub_epi16(q0, _mm512_set1_epi16(32));
-          q1 = _mm512_sub_epi16(q1, _mm512_set1_epi16(32));
-        }
-        const __m512i p0 = _mm512_mullo_epi16(q0, s0), p1 = _mm512_mullo_epi16(q1, s1);
-        _mm512_store_si512(dst + kLo + 64 * v, _mm512_permutex2var_epi8(p0, low_bytes, p1));
-        _mm512_store_si512(dst + kHi + 64 * v, _mm512_permutex2var_epi8(p0, high_bytes, p1));
+        const __m512i even = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_and_si512(q, low), offset), scale);
+        const __m512i odd = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_srli_epi16(q, 8), offset), scale);
+        // 0xd8 = c ? b : a, bitwise; c is the mask of the low bytes.
+        _mm512_store_si512(dst + kLo + 64 * v, _mm512_ternarylogic_epi32(_mm512_slli_epi16(odd, 8), even, low, 0xd8));
+        _mm512_store_si512(dst + kHi + 64 * v, _mm512_ternarylogic_epi32(odd, _mm512_srli_epi16(even, 8), low, 0xd8));
       }
     }
     std::memcpy(dst + kD, scratch + K::kD, 64);
@@ -302,7 +295,7 @@ template <class K>
 void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using P = AmxKBlock<K>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
-  if (tiled < kAmxMinTokens) return gemm<K>(a, n_rows, n_tokens);
+  if (tiled < kAmxMinTokensK) return gemm<K>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 64}, {16, 64}, {16, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}, {kAmxTokens, 64},
                    {kAmxTokens, 64}});
   const int64_t nb = a.n_in / kQK_K;
