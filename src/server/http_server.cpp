@@ -294,6 +294,8 @@ void Server::Impl::install_routes() {
       send_error(res, ApiError(404, str_cat("Unknown request URL: GET ", req.path, "."), "", "unknown_url"));
       return;
     }
+    res.set_header("Content-Security-Policy", kPageSecurityPolicy);
+    res.set_header("X-Content-Type-Options", "nosniff");
     res.set_content(asset->body.data(), asset->body.size(), content_type_for(asset->path));
   });
 }
