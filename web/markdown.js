@@ -389,7 +389,7 @@ const RidgeMarkdown = (() => {
         const m = /^<([A-Za-z][A-Za-z0-9+.-]{1,31}:[^\s<>]*)>/.exec(text.slice(i));
         if (m) { flush(); link(m[1], m[1], parent, false); i += m[0].length; continue; }
       }
-      if (!inLink && (c === "h" || c === "H") && !isWordChar(text[i - 1])) {
+      if (!inLink && (c === "h" || c === "H") && !isWordChar(text[i - 1]) && /^https?:\/\//i.test(text.substr(i, 8))) {
         const m = /^https?:\/\/[^\s<>]+/i.exec(text.slice(i, i + 2048));
         if (m) {
           let url = m[0];
