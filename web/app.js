@@ -1,13 +1,18 @@
 // The ridge chat page: keeps the conversation in memory, sends it to
 // /v1/chat/completions with stream: true, and parses the server-sent events as they
-// arrive (fetch + a stream reader, no libraries). Stop aborts the fetch, which closes
-// the connection; the server notices and cancels the request.
+// arrive (fetch + a stream reader, no libraries). Replies are Markdown, rendered by
+// markdown.js into DOM nodes as they stream (model text never becomes HTML). Stop aborts
+// the fetch, which closes the connection; the server notices and cancels the request.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
 const conversation = [];  // {role, content} as the API wants them
 let modelId = null;
 let controller = null;     // AbortController of the reply being streamed
+let speculative = null;    // the server's draft proposer ("ngram", "draft"), or null
+
+// For tests and the curious: the conversation as sent, and the renderer.
+window.ridgeChat = Object.freeze({ conversation, markdown: RidgeMarkdown });
 
 function headers() {
   const h = { "Content-Type": "application/json" };
@@ -28,23 +33,40 @@ function addMessage(role, text) {
   return div;
 }
 
-async function errorText(response) {
+// An error response as an Error whose message has the status and the server's words,
+// and whose `code` is the OpenAI error code when there is one.
+async function responseError(response) {
+  const error = new Error(`${response.status} ${response.statusText}`);
   try {
     const body = await response.json();
-    if (body.error && body.error.message) return `${response.status}: ${body.error.message}`;
+    if (body.error && body.error.message) {
+      error.message = `${response.status}: ${body.error.message}`;
+      error.code = body.error.code;
+    }
   } catch (_) { /* not JSON */ }
-  return `${response.status} ${response.statusText}`;
+  return error;
+}
+
+// The stats line's words for a response's "speculative" field (the server's extension).
+function speculativeText(spec) {
+  if (!spec) return null;
+  const drafted = spec.num_draft_tokens, accepted = spec.num_accepted_tokens;
+  if (!drafted) return `speculative (${spec.proposer}): nothing drafted`;
+  const rate = Math.round((100 * accepted) / drafted);
+  return `speculative (${spec.proposer}): ${accepted} of ${drafted} drafted tokens accepted (${rate}%)`;
 }
 
 async function loadModel() {
   try {
     const response = await fetch("/v1/models", { headers: headers() });
-    if (!response.ok) throw new Error(await errorText(response));
+    if (!response.ok) throw await responseError(response);
     const model = (await response.json()).data[0];
     modelId = model.id;
     const meta = model.meta || {};
+    speculative = meta.speculative || null;
     $("model").textContent = `${model.id}` + (meta.n_ctx ? ` · context ${meta.n_ctx}` : "") +
-      (meta.chat_template ? ` · ${meta.chat_template} template` : " · no chat template");
+      (meta.chat_template ? ` · ${meta.chat_template} template` : " · no chat template") +
+      (speculative ? ` · speculative decoding (${speculative})` : "");
   } catch (e) {
     $("model").textContent = "model unknown (" + e.message + ")";
   }
@@ -74,8 +96,10 @@ async function send(text) {
   conversation.push({ role: "user", content: text });
   addMessage("user", text);
   const bubble = addMessage("assistant streaming", "");
-  const textNode = document.createTextNode("");
-  bubble.appendChild(textNode);
+  const content = document.createElement("div");
+  content.className = "content";
+  bubble.appendChild(content);
+  const view = new RidgeMarkdown.View(content);
 
   const messages = [];
   const system = $("system").value.trim();
@@ -86,8 +110,10 @@ async function send(text) {
     stream: true,
     stream_options: { include_usage: true },
     temperature: Number($("temperature").value),
-    max_tokens: Number($("max-tokens").value),
   };
+  // Empty means the rest of the context (the server's default for chat).
+  const maxTokens = $("max-tokens").value.trim();
+  if (maxTokens) body.max_tokens = Number(maxTokens);
   if (modelId) body.model = modelId;
 
   controller = new AbortController();
@@ -98,23 +124,36 @@ async function send(text) {
   let firstToken = null;
   let reply = "";
   let usage = null;
+  let spec = null;
   let finish = null;
+  let cappedByContext = false;
   try {
-    const response = await fetch("/v1/chat/completions", {
+    const post = () => fetch("/v1/chat/completions", {
       method: "POST", headers: headers(), body: JSON.stringify(body), signal: controller.signal,
     });
-    if (!response.ok) throw new Error(await errorText(response));
+    let response = await post();
+    if (!response.ok) {
+      const error = await responseError(response);
+      // The conversation plus max tokens is over the context: ask again for whatever room
+      // is left (the stats line says so). A prompt over the context fails again, and shows.
+      if (error.code !== "context_length_exceeded" || body.max_tokens === undefined) throw error;
+      delete body.max_tokens;
+      cappedByContext = true;
+      response = await post();
+      if (!response.ok) throw await responseError(response);
+    }
     await readEvents(response, (data) => {
       if (data === "[DONE]") return false;
       const chunk = JSON.parse(data);
       if (chunk.error) throw new Error(chunk.error.message);
       if (chunk.usage) usage = chunk.usage;
+      if (chunk.speculative) spec = chunk.speculative;
       for (const choice of chunk.choices || []) {
         const piece = choice.delta && choice.delta.content;
         if (piece) {
           if (firstToken === null) firstToken = performance.now();
           reply += piece;
-          textNode.data = reply;
+          view.update(reply);
           bubble.scrollIntoView({ block: "end" });
           setStatus("streaming…");
         }
@@ -138,12 +177,15 @@ async function send(text) {
     const parts = [];
     if (finish) parts.push(finish);
     if (usage) parts.push(`${usage.completion_tokens} tokens`);
+    if (cappedByContext) parts.push("max tokens: the rest of the context");
     if (firstToken !== null) parts.push(`first token ${((firstToken - started) / 1000).toFixed(2)} s`);
     if (usage && firstToken !== null && usage.completion_tokens > 1) {
       const genSeconds = (performance.now() - firstToken) / 1000;
       if (genSeconds > 0) parts.push(`${((usage.completion_tokens - 1) / genSeconds).toFixed(1)} tokens/s`);
     }
     parts.push(`${seconds.toFixed(2)} s`);
+    const specText = speculativeText(spec);
+    if (specText) parts.push(specText);
     stats.textContent = parts.join(" · ");
     bubble.appendChild(stats);
     controller = null;

@@ -142,6 +142,7 @@ struct Server::Impl {
       : engine(engine),
         chat_template(std::move(chat_template)),
         options(std::move(options)),
+        spec_method(engine.metrics().spec_method),
         http(connection_limits(this->options), [this](int status) {
           count_response(status);
           return dump_json(error_json(refusal_error(status)));
@@ -150,6 +151,7 @@ struct Server::Impl {
   Engine& engine;
   std::optional<ChatTemplate> chat_template;
   ServerOptions options;
+  SpecMethod spec_method;  // the engine's proposer, named in responses and /v1/models
   std::mutex counts_mutex;
   std::map<int, uint64_t> response_counts;  // by HTTP status, for /metrics
   GuardedHttpServer http;                    // last: its threads use the members above
@@ -292,6 +294,8 @@ void Server::Impl::install_routes() {
       send_error(res, ApiError(404, str_cat("Unknown request URL: GET ", req.path, "."), "", "unknown_url"));
       return;
     }
+    res.set_header("Content-Security-Policy", kPageSecurityPolicy);
+    res.set_header("X-Content-Type-Options", "nosniff");
     res.set_content(asset->body.data(), asset->body.size(), content_type_for(asset->path));
   });
 }
@@ -362,7 +366,9 @@ json Server::Impl::models_json() const {
                   {"n_ctx", engine.limits().max_request_tokens},
                   {"n_vocab", engine.tokenizer().n_vocab()},
                   {"chat_template", chat_template ? json(std::string(chat_format_name(chat_template->format)))
-                                                  : json(nullptr)}}}};
+                                                  : json(nullptr)},
+                  {"speculative", spec_method != SpecMethod::kNone ? json(spec_method_name(spec_method))
+                                                                   : json(nullptr)}}}};
   return {{"object", "list"}, {"data", json::array({entry})}};
 }
 
@@ -383,7 +389,7 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
       build_engine_requests(request, engine.tokenizer(), chat_template ? &*chat_template : nullptr, limits);
 
   auto ex = std::make_shared<Exchange>();
-  ex->meta = make_response_meta(endpoint, options.model_name);
+  ex->meta = make_response_meta(endpoint, options.model_name, spec_method);
   ex->request = std::move(request);
   ex->streams = engine.submit(std::move(params));  // all or nothing: n choices are one request
   ex->finished.assign(ex->streams.size(), false);

@@ -41,8 +41,9 @@ json bytes_of(std::string_view piece) {
 
 }  // namespace
 
-ResponseMeta make_response_meta(Endpoint endpoint, const std::string& model) {
+ResponseMeta make_response_meta(Endpoint endpoint, const std::string& model, SpecMethod spec_method) {
   ResponseMeta meta;
+  meta.spec_method = spec_method;
   meta.endpoint = endpoint;
   meta.id = random_id(endpoint == Endpoint::kCompletions ? "cmpl-" : "chatcmpl-");
   meta.created = std::chrono::duration_cast<std::chrono::seconds>(
@@ -60,6 +61,9 @@ void ChoiceResult::add(const StreamEvent& event) {
   prompt_tokens = event.prompt_tokens;
   completion_tokens = event.completion_tokens;
   cached_prompt_tokens = event.cached_prompt_tokens;
+  spec_steps = event.spec_steps;
+  spec_drafted = event.spec_drafted;
+  spec_accepted = event.spec_accepted;
   if (event.finished) finish_reason = event.finish_reason;
 }
 
@@ -68,8 +72,20 @@ Usage total_usage(const std::vector<ChoiceResult>& choices) {
   if (choices.empty()) return u;
   u.prompt_tokens = choices[0].prompt_tokens;
   u.cached_tokens = choices[0].cached_prompt_tokens;
-  for (const ChoiceResult& c : choices) u.completion_tokens += c.completion_tokens;
+  for (const ChoiceResult& c : choices) {
+    u.completion_tokens += c.completion_tokens;
+    u.spec_steps += c.spec_steps;
+    u.spec_drafted += c.spec_drafted;
+    u.spec_accepted += c.spec_accepted;
+  }
   return u;
+}
+
+json speculative_json(SpecMethod method, const Usage& usage) {
+  return {{"proposer", spec_method_name(method)},
+          {"num_drafts", usage.spec_steps},
+          {"num_draft_tokens", usage.spec_drafted},
+          {"num_accepted_tokens", usage.spec_accepted}};
 }
 
 json usage_json(const Usage& usage) {
@@ -143,13 +159,16 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
                              {"logprobs", lp},
                              {"finish_reason", api_finish_reason(c.finish_reason)}});
   }
-  return {{"id", meta.id},
-          {"object", object_name(meta.endpoint, false)},
-          {"created", meta.created},
-          {"model", meta.model},
-          {"system_fingerprint", kSystemFingerprint},
-          {"choices", out_choices},
-          {"usage", usage_json(total_usage(choices))}};
+  const Usage usage = total_usage(choices);
+  json out = {{"id", meta.id},
+              {"object", object_name(meta.endpoint, false)},
+              {"created", meta.created},
+              {"model", meta.model},
+              {"system_fingerprint", kSystemFingerprint},
+              {"choices", out_choices},
+              {"usage", usage_json(usage)}};
+  if (meta.spec_method != SpecMethod::kNone) out["speculative"] = speculative_json(meta.spec_method, usage);
+  return out;
 }
 
 json role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage) {
@@ -195,6 +214,7 @@ json usage_chunk(const ResponseMeta& meta, const Usage& usage) {
   json chunk = chunk_base(meta);
   chunk["choices"] = json::array();
   chunk["usage"] = usage_json(usage);
+  if (meta.spec_method != SpecMethod::kNone) chunk["speculative"] = speculative_json(meta.spec_method, usage);
   return chunk;
 }
 

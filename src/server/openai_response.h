@@ -28,10 +28,12 @@ struct ResponseMeta {
   std::string id;       // "cmpl-..." or "chatcmpl-..."
   int64_t created = 0;  // Unix seconds
   std::string model;
+  SpecMethod spec_method = SpecMethod::kNone;  // the server's proposer: kNone sends no "speculative"
 };
 
 // A fresh random id and the current time.
-ResponseMeta make_response_meta(Endpoint endpoint, const std::string& model);
+ResponseMeta make_response_meta(Endpoint endpoint, const std::string& model,
+                                SpecMethod spec_method = SpecMethod::kNone);
 
 // What one choice produced, accumulated from its stream events.
 struct ChoiceResult {
@@ -43,6 +45,9 @@ struct ChoiceResult {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_prompt_tokens = 0;
+  int32_t spec_steps = 0;     // speculative decoding: verifications of a draft,
+  int32_t spec_drafted = 0;   // tokens drafted,
+  int32_t spec_accepted = 0;  // and of those, accepted
 
   void add(const StreamEvent& event);
 };
@@ -51,11 +56,19 @@ struct Usage {
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;
   int32_t cached_tokens = 0;
+  int32_t spec_steps = 0;
+  int32_t spec_drafted = 0;
+  int32_t spec_accepted = 0;
 };
 
-// Prompt counted once (all choices share it), completion tokens summed over choices.
+// Prompt counted once (all choices share it), completion and speculative tokens summed
+// over choices.
 Usage total_usage(const std::vector<ChoiceResult>& choices);
 nlohmann::json usage_json(const Usage& usage);
+// The ridge extension beside "usage" when the server runs speculative decoding:
+// {"proposer", "num_drafts", "num_draft_tokens", "num_accepted_tokens"} (vLLM's metric
+// names, for this response).
+nlohmann::json speculative_json(SpecMethod method, const Usage& usage);
 
 // "stop" or "length" (cancelled and error requests never reach a response).
 const char* api_finish_reason(FinishReason reason);
@@ -74,7 +87,8 @@ nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceR
 
 // Stream chunks. role_chunk opens a chat choice (delta.role); text_chunk carries one
 // event's text (and logprobs); finish_chunk closes a choice with its finish_reason;
-// usage_chunk is the final chunk of stream_options.include_usage (empty choices).
+// usage_chunk is the final chunk of stream_options.include_usage (empty choices; with
+// "speculative" when meta.spec_method is not kNone, as the whole response).
 nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage);
 nlohmann::json text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& event,
                           const Tokenizer& tokenizer, const ApiRequest& request, size_t text_offset_base);

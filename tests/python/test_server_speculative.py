@@ -90,3 +90,60 @@ def test_a_client_gone_mid_stream_is_cancelled_and_leaves_no_blocks():
         assert m['ridge_spec_decode_num_drafts_total{proposer="ngram"}'] > 0
         assert m["ridge_kv_blocks_used"] == 0
         assert server.get("/health")[0] == 200
+
+
+def spec_counts(m):
+    label = '{proposer="ngram"}'
+    return (m[f"ridge_spec_decode_num_drafts_total{label}"], m[f"ridge_spec_decode_num_draft_tokens_total{label}"],
+            m[f"ridge_spec_decode_num_accepted_tokens_total{label}"])
+
+
+def sse_chunks(server, path, body):
+    status, _, raw = server.request("POST", path, {**body, "stream": True}, timeout=300)
+    assert status == 200, raw
+    events = [e[len("data: "):] for e in raw.decode().split("\n\n") if e.startswith("data: ")]
+    assert events[-1] == "[DONE]"
+    return [json.loads(e) for e in events[:-1]]
+
+
+def test_each_response_says_what_speculation_did_for_it():
+    """The `speculative` field (docs/server.md): this response's drafts, drafted and
+    accepted tokens, which add up to what /metrics counted for the same requests; absent
+    when the server runs without speculation."""
+    with RidgeServer(STORIES, "--parallel", 2, "-c", 512, "--alias", "stories", "--spec", "ngram",
+                     "--draft-fixed", "--draft-max", "4") as server:
+        status, _, raw = server.request("GET", "/v1/models")
+        assert json.loads(raw)["data"][0]["meta"]["speculative"] == "ngram"
+
+        before = spec_counts(server.wait_idle())
+        body = {"prompt": PROMPTS[0], "max_tokens": 60, "temperature": 0, "ignore_eos": True, "n": 2}
+        whole = server.complete(body)
+        spec = whole["speculative"]
+        assert set(spec) == {"proposer", "num_drafts", "num_draft_tokens", "num_accepted_tokens"}
+        assert spec["proposer"] == "ngram"
+        after = spec_counts(server.wait_idle())
+        # Both choices, summed: exactly what the engine counted for this request.
+        assert (spec["num_drafts"], spec["num_draft_tokens"], spec["num_accepted_tokens"]) == \
+            tuple(a - b for a, b in zip(after, before))
+        assert spec["num_draft_tokens"] > spec["num_accepted_tokens"] > 10, spec
+        assert spec["num_accepted_tokens"] < whole["usage"]["completion_tokens"]
+
+        # Streamed: on the usage chunk (stream_options.include_usage), nowhere else.
+        chat_like = {"prompt": PROMPTS[2], "max_tokens": 50, "temperature": 0, "ignore_eos": True,
+                     "stream_options": {"include_usage": True}}
+        chunks = sse_chunks(server, "/v1/completions", chat_like)
+        with_spec = [c for c in chunks if "speculative" in c]
+        assert len(with_spec) == 1 and with_spec[0] is chunks[-1] and chunks[-1]["usage"] is not None
+        after_stream = spec_counts(server.wait_idle())
+        s = chunks[-1]["speculative"]
+        assert (s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"]) == \
+            tuple(a - b for a, b in zip(after_stream, after))
+        assert s["num_accepted_tokens"] > 0
+
+    with RidgeServer(STORIES, "--parallel", 2, "-c", 512, "--alias", "stories") as plain:
+        status, _, raw = plain.request("GET", "/v1/models")
+        assert json.loads(raw)["data"][0]["meta"]["speculative"] is None
+        assert "speculative" not in plain.complete({"prompt": PROMPTS[0], "max_tokens": 8})
+        chunks = sse_chunks(plain, "/v1/completions", {"prompt": PROMPTS[0], "max_tokens": 8,
+                                                       "stream_options": {"include_usage": True}})
+        assert chunks[-1]["usage"] is not None and not any("speculative" in c for c in chunks)

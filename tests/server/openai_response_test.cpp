@@ -138,6 +138,40 @@ TEST(ChatResponse, MessageAndChatLogprobs) {
   EXPECT_TRUE(content[0]["top_logprobs"].empty());
 }
 
+TEST(SpeculativeField, OnlyWithAProposerAndSummedOverChoices) {
+  const Tokenizer& tok = stories_tokenizer();
+  ApiRequest req;
+  ChoiceResult c;
+  StreamEvent ev;
+  ev.text = "Hi";
+  ev.spec_steps = 2;
+  ev.spec_drafted = 6;
+  ev.spec_accepted = 1;
+  c.add(ev);
+  ev.text = "";
+  ev.finished = true;
+  ev.spec_steps = 3;  // events carry totals so far: the last one counts
+  ev.spec_drafted = 9;
+  ev.spec_accepted = 4;
+  c.add(ev);
+
+  json plain = response_json(make_response_meta(Endpoint::kCompletions, "m"), {c}, tok, req);
+  EXPECT_FALSE(plain.contains("speculative"));
+  EXPECT_FALSE(parse_sse(sse_event(usage_chunk(make_response_meta(Endpoint::kChatCompletions, "m"), {})))
+                   .contains("speculative"));
+
+  ResponseMeta meta = make_response_meta(Endpoint::kCompletions, "m", SpecMethod::kNgram);
+  json r = response_json(meta, {c, c}, tok, req);
+  EXPECT_EQ(r["speculative"], json({{"proposer", "ngram"}, {"num_drafts", 6}, {"num_draft_tokens", 18},
+                                    {"num_accepted_tokens", 8}}));
+  ResponseMeta chat = make_response_meta(Endpoint::kChatCompletions, "m", SpecMethod::kDraftModel);
+  json usage = parse_sse(sse_event(usage_chunk(chat, total_usage({c}))));
+  EXPECT_EQ(usage["speculative"]["proposer"], "draft");
+  EXPECT_EQ(usage["speculative"]["num_accepted_tokens"], 4);
+  EXPECT_EQ(usage["speculative"]["num_draft_tokens"], 9);
+  EXPECT_EQ(usage["speculative"]["num_drafts"], 3);
+}
+
 TEST(Metrics, PrometheusTextWithHelpTypeAndHistograms) {
   EngineMetrics m;
   m.requests_running = 2;
