@@ -138,7 +138,7 @@ void register_matmul() {
         ->ArgName("n_tokens")
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
-  const bool avx2 = best_isa() == Isa::kAvx2;
+  const bool avx2 = best_isa() != Isa::kScalar;
   for (DType type : kTypes) {
     const std::string t(dtype_name(type));
     for (int threads : {1, hw}) {

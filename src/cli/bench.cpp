@@ -3,6 +3,10 @@
 // bytes each generated token reads (weights + KV), the machine's measured read bandwidth,
 // and the fraction of that roofline reached. `--batch 1,2,4,8` adds decode with several
 // sequences in one step (aggregate tokens/s); `--json` prints llama-bench's JSON fields.
+// Prefill and batched decode are bound by arithmetic instead: for those rows, the fraction
+// of the compute roofline reached, against the int8 and f32 peaks a built-in probe
+// measures for the ISA the kernels run (plan/probe.h). The kernels each weight type runs
+// head the table.
 //
 // Like llama-bench: random tokens; every repetition starts from an empty KV cache; pp
 // feeds n_prompt tokens in chunks of n_batch with logits for each chunk's last token; tg
@@ -78,6 +82,8 @@ struct Result {
   std::vector<double> step_ns;  // tg: median latency of each decode step, by position
   double tokens = 0;        // tokens per sample
   double bytes_per_token = 0, bandwidth_gbs = 0;  // tg only
+  plan::ComputeWork work_per_token;  // pp and batched tg: the weight matmuls' ops
+  plan::ComputePeak peak;
   std::string spec_method;  // tg with speculative decoding: "ngram", "draft"
   SpecCounts spec;
   double plain_ts = 0;      // the same test without speculation, this run
@@ -97,6 +103,8 @@ struct Result {
   double roofline_pct() const {
     return bandwidth_gbs > 0 ? 100.0 * mean_ts() * bytes_per_token / (bandwidth_gbs * 1e9) : 0;
   }
+  double compute_pct() const { return plan::compute_roofline_pct(work_per_token, mean_ts(), peak); }
+  bool has_compute() const { return work_per_token.int8_ops + work_per_token.f32_ops > 0; }
 };
 
 // What a file is, for the table and the JSON.
@@ -104,7 +112,18 @@ struct ModelFacts {
   std::string filename, type;
   uint64_t size = 0, n_params = 0;
   double weight_bytes_per_step = 0;  // every matrix once, and one embedding row
+  std::vector<std::pair<std::string, std::string>> kernels;  // weight type, what runs it
+  std::string kernel_summary;
+  Model::MatmulMacs layer_macs, output_macs;  // per token; per row of logits
 };
+
+// Ops (2 x multiply-adds) per token of the weight matmuls when each token's layers run
+// and one row of logits comes for every `tokens_per_logit_row` tokens: a prompt's last
+// token only (pp), every token (tg). Attention's products are left out (model.h).
+plan::ComputeWork matmul_work_per_token(const ModelFacts& m, double tokens_per_logit_row) {
+  return {2 * (m.layer_macs.int8 + m.output_macs.int8 / tokens_per_logit_row),
+          2 * (m.layer_macs.f32 + m.output_macs.f32 / tokens_per_logit_row)};
+}
 
 std::string file_type_name(uint64_t ftype) {
   switch (ftype) {
@@ -145,6 +164,10 @@ ModelFacts model_facts(const std::string& path, const Model& model) {
     m.n_params += static_cast<uint64_t>(t.n_elements());
   }
   m.weight_bytes_per_step = model.weight_bytes_per_step();
+  m.kernels = model.matmul_kernels();
+  m.kernel_summary = model.kernel_summary();
+  m.layer_macs = model.layer_macs_per_token();
+  m.output_macs = model.output_macs_per_row();
   const std::string label = f.get_string("general.size_label", human_count(static_cast<double>(m.n_params)));
   m.type = str_cat(model.config().arch, " ", label, " ", file_type_name(f.get_u64("general.file_type", 0)));
   if (model.weight_format() != WeightFormat::kAsStored) {  // the bytes in memory, not the file's
@@ -328,19 +351,29 @@ std::string format_size(uint64_t bytes) {
   return buf;
 }
 
-void print_header() {
-  std::printf("| %-28s | %10s | %8s | %7s | %10s | %16s | %10s | %8s | %8s |\n", "model", "size", "params", "threads",
-              "test", "t/s", "MB/token", "GB/s", "roofline");
-  std::printf("| %s | %s: | %s: | %s: | %s: | %s: | %s: | %s: | %s: |\n", std::string(28, '-').c_str(),
+void print_header(const ModelFacts& m) {
+  std::printf("kernels: %s\n\n", m.kernel_summary.c_str());
+  std::printf("| %-28s | %10s | %8s | %7s | %10s | %16s | %10s | %8s | %8s | %8s |\n", "model", "size", "params",
+              "threads", "test", "t/s", "MB/token", "GB/s", "roofline", "compute");
+  std::printf("| %s | %s: | %s: | %s: | %s: | %s: | %s: | %s: | %s: | %s: |\n", std::string(28, '-').c_str(),
               std::string(9, '-').c_str(), std::string(7, '-').c_str(), std::string(6, '-').c_str(),
               std::string(9, '-').c_str(), std::string(15, '-').c_str(), std::string(9, '-').c_str(),
-              std::string(7, '-').c_str(), std::string(7, '-').c_str());
+              std::string(7, '-').c_str(), std::string(7, '-').c_str(), std::string(7, '-').c_str());
+}
+
+// The peaks behind the compute column, one line per thread count, under the table.
+void print_peak(const plan::ComputePeak& p) {
+  std::printf("compute peak, %d threads: int8 %.2f TOPS (%s, %s), f32 %.2f TFLOP/s (%s)\n", p.threads,
+              p.int8_ops_per_s / 1e12, p.int8_method.empty() ? "none" : p.int8_method.c_str(),
+              p.int8_isa.c_str(), p.f32_flops_per_s / 1e12,
+              p.f32_method.empty() ? "none" : p.f32_method.c_str());
 }
 
 void print_row(const ModelFacts& m, const Result& r) {
   char ts[48];
   std::snprintf(ts, sizeof ts, "%.2f ± %.2f", r.mean_ts(), r.sd_ts());
-  char mb[16] = "-", bw[16] = "-", roof[16] = "-";
+  char mb[16] = "-", bw[16] = "-", roof[16] = "-", compute[16] = "-";
+  if (r.has_compute() && r.compute_pct() > 0) std::snprintf(compute, sizeof compute, "%.0f%%", r.compute_pct());
   if (r.bytes_per_token > 0) {
     std::snprintf(mb, sizeof mb, "%.1f", r.bytes_per_token / 1e6);
     if (r.bandwidth_gbs > 0) {
@@ -348,8 +381,8 @@ void print_row(const ModelFacts& m, const Result& r) {
       std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_pct());
     }
   }
-  std::printf("| %-28s | %10s | %7.2f M | %7d | %10s | %16s | %10s | %8s | %8s |\n", m.type.c_str(),
-              format_size(m.size).c_str(), m.n_params / 1e6, r.threads, r.test.c_str(), ts, mb, bw, roof);
+  std::printf("| %-28s | %10s | %7.2f M | %7d | %10s | %16s | %10s | %8s | %8s | %8s |\n", m.type.c_str(),
+              format_size(m.size).c_str(), m.n_params / 1e6, r.threads, r.test.c_str(), ts, mb, bw, roof, compute);
   std::fflush(stdout);
 }
 
@@ -395,6 +428,17 @@ nlohmann::json to_json(const ModelFacts& m, const Result& r, int n_batch) {
     j["spec_plain_ts"] = r.plain_ts;
     j["spec_speedup"] = r.plain_ts > 0 ? r.mean_ts() / r.plain_ts : 0.0;
   }
+  j["isa"] = r.peak.isa;
+  j["kernels"] = nlohmann::json::object();
+  for (const auto& [type, kernel] : m.kernels) j["kernels"][type] = kernel;
+  if (r.has_compute()) {
+    j["int8_ops_per_token"] = r.work_per_token.int8_ops;
+    j["f32_ops_per_token"] = r.work_per_token.f32_ops;
+    j["int8_peak_ops_per_s"] = r.peak.int8_ops_per_s;
+    j["int8_peak_isa"] = r.peak.int8_isa;
+    j["f32_peak_flops_per_s"] = r.peak.f32_flops_per_s;
+    if (r.compute_pct() > 0) j["compute_pct"] = r.compute_pct();  // none without a peak (scalar)
+  }
   if (r.bytes_per_token > 0) {
     j["bytes_per_token"] = r.bytes_per_token;
     j["bandwidth_gbs"] = r.bandwidth_gbs;
@@ -435,24 +479,26 @@ void bench(BenchOptions opt) {
   const int max_depth = *std::max_element(opt.depth.begin(), opt.depth.end());
 
   std::vector<Result> results;
+  std::vector<plan::ComputePeak> peaks;  // one per thread count
   ModelFacts facts;
   bool header = false;
   for (int threads : opt.threads) {
     Runner runner(path, threads, opt.n_batch, max_seqs, max_context, max_depth, opt);
     if (!header) {
       facts = model_facts(path, runner.model());
-      if (!opt.json) print_header();
+      if (!opt.json) print_header(facts);
       header = true;
     }
     // Other processes only ever slow the probe down, so the best of a probe before and
     // one after the tests is the figure (see the tg rows below, which take it after).
     auto probe = [&] { return opt.no_bandwidth ? 0.0 : plan::measure_read_bandwidth_gbs(threads, size_t{512} << 20, 5); };
     double bandwidth = probe();
+    // The compute peak likewise: the best of before and after, for every row that has one.
+    auto compute_probe = [&] { return plan::measure_compute_peak(threads); };
+    plan::ComputePeak peak = compute_probe();
     const ModelConfig& c = runner.model().config();
-    auto finish = [&](Result r) {
-      if (!opt.json) print_row(facts, r);
-      results.push_back(std::move(r));
-    };
+    std::vector<Result> done;  // printed after the second probes
+    auto finish = [&](Result r) { done.push_back(std::move(r)); };
     for (int depth : opt.depth)
       for (int n_prompt : opt.n_prompt) {
         if (n_prompt == 0) continue;
@@ -462,6 +508,7 @@ void bench(BenchOptions opt) {
         r.depth = depth;
         r.threads = threads;
         r.tokens = n_prompt;
+        r.work_per_token = matmul_work_per_token(facts, n_prompt);  // logits for the last token
         if (depth > 0) runner.prefill_depth(depth);
         runner.prompt(n_prompt, depth, opt.reps);  // warm-up, with the last fresh prompt
         for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt, depth, i) * 1e9);
@@ -498,6 +545,9 @@ void bench(BenchOptions opt) {
           // speculation, which reads the weights once for several tokens.
           if (!opt.no_kv_cache && !speculative && !runner.has_prompt())
             r.bytes_per_token = facts.weight_bytes_per_step / n_seq + kv;
+          // Batched decode is bound by arithmetic as n_seq grows (every token its logits);
+          // without the cache a step computes every position, with speculation several.
+          if (n_seq > 1 && !opt.no_kv_cache && !speculative) r.work_per_token = matmul_work_per_token(facts, 1);
           runner.generate(std::min(n_gen, 16), n_seq, !opt.no_kv_cache, nullptr, speculative, nullptr, depth);  // warm-up
           const uint64_t experts_before = runner.model().expert_bytes_read();
           std::vector<std::vector<double>> steps(opt.reps);
@@ -523,10 +573,21 @@ void bench(BenchOptions opt) {
       }
     }
     if (!generated.empty()) bandwidth = std::max(bandwidth, probe());
-    for (Result& r : generated) {
-      r.bandwidth_gbs = bandwidth;
-      finish(std::move(r));
+    const plan::ComputePeak after = compute_probe();
+    peak.int8_ops_per_s = std::max(peak.int8_ops_per_s, after.int8_ops_per_s);
+    peak.f32_flops_per_s = std::max(peak.f32_flops_per_s, after.f32_flops_per_s);
+    peaks.push_back(peak);
+    for (Result& r : generated) r.bandwidth_gbs = bandwidth;
+    done.insert(done.end(), std::make_move_iterator(generated.begin()), std::make_move_iterator(generated.end()));
+    for (Result& r : done) {
+      r.peak = peak;
+      if (!opt.json) print_row(facts, r);
+      results.push_back(std::move(r));
     }
+  }
+  if (!opt.json) {
+    std::printf("\n");
+    for (const plan::ComputePeak& p : peaks) print_peak(p);
   }
   if (!opt.json) {
     for (const Result& r : results) {

@@ -181,6 +181,7 @@ void run(RunOptions opt) {
                                         .n_ctx = opt.n_ctx});
   Tokenizer tok = Tokenizer::from_gguf(model->file());
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
+  std::fprintf(stderr, "kernels: %s\n", model->kernel_summary().c_str());
   EngineOptions engine_options;
   engine_options.parallel = 1;
   engine_options.max_batch_tokens = opt.batch;

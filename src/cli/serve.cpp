@@ -126,6 +126,7 @@ void serve(const ServeOptions& opt) {
   engine.start();
   EngineMetrics m = engine.metrics();
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
+  std::fprintf(stderr, "kernels: %s\n", model->kernel_summary().c_str());
   std::fprintf(stderr, "engine: %d parallel, context %d (%d per request), %d KV blocks, %d tokens per step, %d threads%s",
                opt.parallel, engine.limits().n_ctx, engine.limits().max_request_tokens, m.kv_blocks_total,
                opt.max_batch_tokens, model->pool().n_threads(), opt.no_prefix_cache ? ", prefix cache off" : "");

@@ -56,9 +56,7 @@ std::array<TypeTraits, kDTypeCount> make_table() {
 // Defined by the quant formats (core/quant.cpp): fills to_float/from_float.
 void register_quant_functions(std::array<TypeTraits, kDTypeCount>& table);
 // The runtime-only formats (core/quant_bnb.cpp), in DType order from DType::NF4.
-constexpr uint32_t kRuntimeFirst = static_cast<uint32_t>(DType::NF4);
-constexpr uint32_t kRuntimeCount = 2;
-std::array<TypeTraits, kRuntimeCount> runtime_type_traits();
+std::array<TypeTraits, kRuntimeDTypeCount> runtime_type_traits();
 
 static const std::array<TypeTraits, kDTypeCount>& table() {
   static const std::array<TypeTraits, kDTypeCount> t = [] {
@@ -71,10 +69,10 @@ static const std::array<TypeTraits, kDTypeCount>& table() {
 
 const TypeTraits& type_traits(DType type) {
   static const TypeTraits unknown{};
-  static const std::array<TypeTraits, kRuntimeCount> runtime = runtime_type_traits();
-  const uint32_t id = static_cast<uint32_t>(type);
-  if (id < kDTypeCount) return table()[id];
-  if (id >= kRuntimeFirst && id - kRuntimeFirst < kRuntimeCount) return runtime[id - kRuntimeFirst];
+  static const std::array<TypeTraits, kRuntimeDTypeCount> runtime = runtime_type_traits();
+  const uint32_t slot = dtype_slot(type);
+  if (slot < kDTypeCount) return table()[slot];
+  if (slot < kDTypeSlots) return runtime[slot - kDTypeCount];
   return unknown;
 }
 

@@ -46,6 +46,19 @@ struct TypeTraits {
 };
 
 constexpr uint32_t kDTypeCount = 42;
+// The runtime-only formats' ids: [kRuntimeDTypeFirst, kRuntimeDTypeFirst + kRuntimeDTypeCount).
+constexpr uint32_t kRuntimeDTypeFirst = static_cast<uint32_t>(DType::NF4);
+constexpr uint32_t kRuntimeDTypeCount = 2;
+
+// Dense indices for tables indexed by type (the kernels' per-ISA tables): the GGUF ids
+// [0, kDTypeCount), then the runtime-only formats. kDTypeSlots for any other id.
+constexpr uint32_t kDTypeSlots = kDTypeCount + kRuntimeDTypeCount;
+constexpr uint32_t dtype_slot(DType type) {
+  const uint32_t id = static_cast<uint32_t>(type);
+  if (id < kDTypeCount) return id;
+  if (id >= kRuntimeDTypeFirst && id - kRuntimeDTypeFirst < kRuntimeDTypeCount) return kDTypeCount + id - kRuntimeDTypeFirst;
+  return kDTypeSlots;
+}
 
 // Traits of a known type (GGUF or runtime-only); the returned entry has block_size == 0
 // for unknown ids.

@@ -169,11 +169,11 @@ using TileStep = void (*)(const AttentionTileStep<T>&);
 template <class T>
 TileStep<T> step_for(Isa isa) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
-    if (isa == Isa::kAvx512) return attention_tile_step_avx512;
-    if (isa == Isa::kAvx2) return attention_tile_step_avx2;
+    if (isa_has_avx512(isa)) return attention_tile_step_avx512;
+    if (isa_has_avx2(isa)) return attention_tile_step_avx2;
     return attention_tile_step_scalar;
   } else {
-    return isa == Isa::kScalar ? step_by_rows<T, Isa::kScalar> : step_by_rows<T, Isa::kAvx2>;
+    return isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>;
   }
 }
 
@@ -393,8 +393,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
   if (kv.d_head % kKvValuesPerUnit<T> != 0)
     throw Error(str_cat("attention: d_head ", kv.d_head, " is not a multiple of the cache's block of ",
                         kKvValuesPerUnit<T>, " values"));
-  if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("attention: this CPU has no AVX2+FMA");
-  if (isa == Isa::kAvx512 && !cpu_has_avx512f()) throw Error("attention: this CPU has no AVX-512F");
+  require_isa(isa, "attention");
   const Shape s{n_head, kv.n_kv_head, n_head / kv.n_kv_head, kv.d_head, kv.block_size, kv.n_blocks};
   scratch.require(pool.n_threads(), attention_scratch_floats(n_head, kv.n_kv_head, kv.d_head, kv.block_size),
                   "attention");
@@ -521,7 +520,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
 template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                const AttentionParams& params, ThreadPool& pool, Scratch& scratch) {
-  attention_isa(kv, sequences, n_head, params, pool, scratch, attention_best_isa());
+  attention_isa(kv, sequences, n_head, params, pool, scratch, best_isa());
 }
 
 #define RIDGE_ATTENTION_FOR(T)                                                                              \
@@ -597,7 +596,7 @@ void kv_row_to_f16_scalar(const float* src, uint16_t* dst, int64_t n) {
 }
 
 void kv_row_to_f16(const float* src, uint16_t* dst, int64_t n) {
-  static const auto fn = best_isa() == Isa::kAvx2 ? &kv_row_to_f16_avx2 : &kv_row_to_f16_scalar;
+  static const auto fn = isa_has_avx2(best_isa()) ? &kv_row_to_f16_avx2 : &kv_row_to_f16_scalar;
   fn(src, dst, n);
 }
 

@@ -95,8 +95,9 @@ template <class T>
 void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences,
                int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
 
-// attention with the inner loops of a given ISA (kAvx2 needs best_isa() == kAvx2;
-// kAvx512 needs cpu_has_avx512f() too, and runs the AVX2 loops for bf16/Q8_0/Q4_0).
+// attention with the inner loops of a given ISA, one cpu_supports (throws ridge::Error
+// otherwise): kAvx2 and kAvxVnni run the AVX2 loops, kAvx512Vnni and kAmxInt8 the AVX-512
+// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0.
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
@@ -220,7 +221,8 @@ size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head);
 float attention_exp_poly(float x);
 
 // The step over f32 and f16 caches: scalar (the definition), AVX2+FMA+F16C, and AVX-512F
-// (attention_tile_avx512.cpp; call only when cpu_has_avx512f()). All give the same bits.
+// (attention_tile_avx512.cpp; call only when cpu_supports(Isa::kAvx512Vnni)). All give the
+// same bits.
 void attention_tile_step_scalar(const AttentionTileStep<float>& step);
 void attention_tile_step_scalar(const AttentionTileStep<uint16_t>& step);
 void attention_tile_step_avx2(const AttentionTileStep<float>& step);

@@ -1,6 +1,6 @@
 // The tiled attention step with AVX-512F: 16 query rows in one vector
 // (attention_tile_simd.h), 32 registers for the score and P * V blocks. attention() reaches it only after
-// cpu_has_avx512f(); its bits are the scalar and AVX2 steps'.
+// cpu_supports(Isa::kAvx512Vnni); its bits are the scalar and AVX2 steps'.
 #include <immintrin.h>
 
 #include <algorithm>

@@ -1,6 +1,7 @@
 #include "kernels/convert.h"
 
 #include "core/fp16.h"
+#include "kernels/isa.h"
 
 namespace ridge::kernels {
 
@@ -12,18 +13,9 @@ void f16_to_f32_scalar(const uint16_t* src, float* dst, int64_t n) {
 
 }  // namespace
 
-bool cpu_has_f16c_avx2() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
-}
-
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n) {
   using Fn = void (*)(const uint16_t*, float*, int64_t);
-  static const Fn fn = cpu_has_f16c_avx2() ? &f16_to_f32_f16c : &f16_to_f32_scalar;
+  static const Fn fn = isa_has_avx2(best_isa()) ? &f16_to_f32_f16c : &f16_to_f32_scalar;
   fn(src, dst, n);
 }
 

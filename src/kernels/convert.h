@@ -12,9 +12,7 @@ namespace ridge::kernels {
 // dst[i] = float(src[i]). NaN payloads are unspecified (F16C quiets signalling NaNs).
 void f16_to_f32(const uint16_t* src, float* dst, int64_t n);
 
-// The F16C+AVX2 version; call only when cpu_has_f16c_avx2(). Defined in convert_avx2.cpp.
+// The F16C+AVX2 version; call only when cpu_supports(Isa::kAvx2). Defined in convert_avx2.cpp.
 void f16_to_f32_f16c(const uint16_t* src, float* dst, int64_t n);
-
-bool cpu_has_f16c_avx2();
 
 }  // namespace ridge::kernels

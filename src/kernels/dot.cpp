@@ -1,5 +1,7 @@
 #include "kernels/dot.h"
 
+#include "kernels/isa.h"
+
 namespace ridge::kernels {
 
 float dot_f32_scalar(const float* a, const float* b, int64_t n) {
@@ -15,18 +17,9 @@ float dot_f32_scalar(const float* a, const float* b, int64_t n) {
   return (s0 + s1) + (s2 + s3);
 }
 
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-  return has;
-#else
-  return false;
-#endif
-}
-
 float dot_f32(const float* a, const float* b, int64_t n) {
   using Fn = float (*)(const float*, const float*, int64_t);
-  static const Fn fn = cpu_has_avx2_fma() ? &dot_f32_avx2 : &dot_f32_scalar;
+  static const Fn fn = isa_has_avx2(best_isa()) ? &dot_f32_avx2 : &dot_f32_scalar;
   return fn(a, b, n);
 }
 

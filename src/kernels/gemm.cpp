@@ -1,17 +1,13 @@
-// Scalar references of the quantized GEMM: activation quantizers, one dot product per
-// weight type, and the kernel table matmul dispatches through.
+// Scalar references of the quantized GEMM: activation quantizers and one dot product per
+// weight type (the tables that dispatch to them and the fast kernels: gemm_table.cpp).
 #include "kernels/gemm.h"
 
 #include <cmath>
 #include <cstring>
 #include <type_traits>
 
-#include "core/error.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
-#include "core/quant_bnb.h"
-#include "kernels/convert.h"
-#include "kernels/dot.h"
 
 namespace ridge::kernels {
 
@@ -30,6 +26,31 @@ void quantize_q8_group(const float* x, int n, int8_t* q, float* d_out) {
   for (int i = 0; i < n; ++i) q[i] = static_cast<int8_t>(std::nearbyint(x[i] * id));
   *d_out = d;
 }
+
+// Activation row views.
+struct ActQ8_0 {
+  const int8_t* q;
+  const float* d;
+};
+ActQ8_0 act_q8_0(const uint8_t* act, int64_t n) {
+  return {reinterpret_cast<const int8_t*>(act), reinterpret_cast<const float*>(act + n)};
+}
+
+// The 6-bit scale and min of each group of a Q4_K/Q5_K block.
+void scales_mins_k4(const uint8_t* packed, int* scales, int* mins) {
+  for (int g = 0; g < 8; ++g) {
+    uint8_t s, m;
+    unpack_scale_min_k4(g, packed, &s, &m);
+    scales[g] = s;
+    mins[g] = m;
+  }
+}
+
+void copy_act_f32(const float* x, uint8_t* dst, int64_t n_in) {
+  std::memcpy(dst, x, static_cast<size_t>(n_in) * sizeof(float));
+}
+
+}  // namespace
 
 void quantize_act_q8_0_scalar(const float* x, uint8_t* dst, int64_t n_in) {
   auto* q = reinterpret_cast<int8_t*>(dst);
@@ -56,50 +77,6 @@ void quantize_act_q8_k_scalar(const float* x, uint8_t* dst, int64_t n_in) {
   }
 }
 
-// Activation row views.
-struct ActQ8_0 {
-  const int8_t* q;
-  const float* d;
-};
-ActQ8_0 act_q8_0(const uint8_t* act, int64_t n) {
-  return {reinterpret_cast<const int8_t*>(act), reinterpret_cast<const float*>(act + n)};
-}
-
-// The 6-bit scale and min of each group of a Q4_K/Q5_K block.
-void scales_mins_k4(const uint8_t* packed, int* scales, int* mins) {
-  for (int g = 0; g < 8; ++g) {
-    uint8_t s, m;
-    unpack_scale_min_k4(g, packed, &s, &m);
-    scales[g] = s;
-    mins[g] = m;
-  }
-}
-
-// Runs a scalar vec_dot over every (row, token) pair.
-template <float (*Dot)(int64_t, const uint8_t*, const uint8_t*)>
-void gemm_scalar(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  for (int64_t t = 0; t < n_tokens; ++t)
-    for (int64_t r = 0; r < n_rows; ++r)
-      a.y[t * a.ldy + r] = Dot(a.n_in, a.w + r * a.w_stride, a.act + t * a.act_stride);
-}
-
-}  // namespace
-
-Isa best_isa() {
-  static const Isa isa = cpu_has_avx2_fma() && cpu_has_f16c_avx2() ? Isa::kAvx2 : Isa::kScalar;
-  return isa;
-}
-
-bool cpu_has_avx512f() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = best_isa() == Isa::kAvx2 && __builtin_cpu_supports("avx512f");
-  return has;
-#else
-  return false;
-#endif
-}
-
-Isa attention_best_isa() { return cpu_has_avx512f() ? Isa::kAvx512 : best_isa(); }
 
 size_t act_row_bytes(ActFormat format, int64_t n_in) {
   const size_t n = static_cast<size_t>(n_in);
@@ -111,20 +88,17 @@ size_t act_row_bytes(ActFormat format, int64_t n_in) {
   return 0;
 }
 
-void quantize_activations(ActFormat format, Isa isa, const float* x, uint8_t* dst, int64_t n_in) {
+QuantizeActFn act_quantizer(ActFormat format, Isa isa) {
   switch (format) {
-    case ActFormat::kF32:
-      std::memcpy(dst, x, static_cast<size_t>(n_in) * sizeof(float));
-      return;
-    case ActFormat::kQ8_0:
-      if (isa == Isa::kAvx2) quantize_act_q8_0_avx2(x, dst, n_in);
-      else quantize_act_q8_0_scalar(x, dst, n_in);
-      return;
-    case ActFormat::kQ8_K:
-      if (isa == Isa::kAvx2) quantize_act_q8_k_avx2(x, dst, n_in);
-      else quantize_act_q8_k_scalar(x, dst, n_in);
-      return;
+    case ActFormat::kF32: return copy_act_f32;
+    case ActFormat::kQ8_0: return isa == Isa::kScalar ? quantize_act_q8_0_scalar : quantize_act_q8_0_avx2;
+    case ActFormat::kQ8_K: return isa == Isa::kScalar ? quantize_act_q8_k_scalar : quantize_act_q8_k_avx2;
   }
+  return nullptr;
+}
+
+void quantize_activations(ActFormat format, Isa isa, const float* x, uint8_t* dst, int64_t n_in) {
+  act_quantizer(format, isa)(x, dst, n_in);
 }
 
 int64_t q8_0_scales_t_stride(int64_t n_tokens) { return (n_tokens + 7) / 8 * 8; }
@@ -275,54 +249,6 @@ float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
   float sum = 0;
   for (int64_t i = 0; i < n; ++i) sum += bf16_to_fp32(h[i]) * x[i];
   return sum;
-}
-
-const GemmKernel* gemm_kernel(DType weight, Isa isa) {
-  static const GemmKernel scalar[] = {
-      {ActFormat::kQ8_0, kQK8_0, gemm_scalar<vec_dot_q8_0_scalar>},
-      {ActFormat::kQ8_0, kQK4_0, gemm_scalar<vec_dot_q4_0_scalar>},
-      {ActFormat::kQ8_0, kQK5_0, gemm_scalar<vec_dot_q5_0_scalar>},
-      {ActFormat::kQ8_K, kQK_K, gemm_scalar<vec_dot_q4_k_scalar>},
-      {ActFormat::kQ8_K, kQK_K, gemm_scalar<vec_dot_q5_k_scalar>},
-      {ActFormat::kQ8_K, kQK_K, gemm_scalar<vec_dot_q6_k_scalar>},
-      {ActFormat::kF32, 1, gemm_scalar<vec_dot_f16_scalar>},
-      {ActFormat::kF32, 1, gemm_scalar<vec_dot_bf16_scalar>},
-      {ActFormat::kQ8_0, kNf4Block, gemm_scalar<vec_dot_nf4_scalar>},
-      {ActFormat::kQ8_0, kQK8_0, gemm_scalar<vec_dot_i8_rows_scalar>},
-  };
-  static const bool vnni = cpu_has_avx_vnni();
-  static const GemmKernel avx512[] = {
-      {ActFormat::kQ8_0, kQK8_0, gemm_q8_0_avx512}, {ActFormat::kQ8_0, kQK4_0, gemm_q4_0_avx512},
-      {ActFormat::kQ8_0, kQK5_0, gemm_q5_0_avx512}, {ActFormat::kQ8_K, kQK_K, gemm_q4_k_avx512},
-      {ActFormat::kQ8_K, kQK_K, gemm_q5_k_avx512},  {ActFormat::kQ8_K, kQK_K, gemm_q6_k_avx512},
-      {ActFormat::kF32, 1, gemm_f16_avx2},           {ActFormat::kF32, 1, gemm_bf16_avx2},
-      {ActFormat::kQ8_0, kNf4Block, gemm_nf4_avx512}, {ActFormat::kQ8_0, kQK8_0, gemm_i8_rows_avx512},
-  };
-  static const GemmKernel avx2[] = {
-      {ActFormat::kQ8_0, kQK8_0, vnni ? gemm_q8_0_avxvnni : gemm_q8_0_avx2},
-      {ActFormat::kQ8_0, kQK4_0, vnni ? gemm_q4_0_avxvnni : gemm_q4_0_avx2},
-      {ActFormat::kQ8_0, kQK5_0, vnni ? gemm_q5_0_avxvnni : gemm_q5_0_avx2}, {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q4_k_avxvnni : gemm_q4_k_avx2},
-      {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q5_k_avxvnni : gemm_q5_k_avx2},
-      {ActFormat::kQ8_K, kQK_K, vnni ? gemm_q6_k_avxvnni : gemm_q6_k_avx2},
-      {ActFormat::kF32, 1, gemm_f16_avx2},        {ActFormat::kF32, 1, gemm_bf16_avx2},
-      {ActFormat::kQ8_0, kNf4Block, gemm_nf4_avx2}, {ActFormat::kQ8_0, kQK8_0, gemm_i8_rows_avx2},
-  };
-  int index;
-  switch (weight) {
-    case DType::Q8_0: index = 0; break;
-    case DType::Q4_0: index = 1; break;
-    case DType::Q5_0: index = 2; break;
-    case DType::Q4_K: index = 3; break;
-    case DType::Q5_K: index = 4; break;
-    case DType::Q6_K: index = 5; break;
-    case DType::F16: index = 6; break;
-    case DType::BF16: index = 7; break;
-    case DType::NF4: index = 8; break;
-    case DType::I8_ROWS: index = 9; break;
-    default: return nullptr;
-  }
-  if (isa == Isa::kScalar) return &scalar[index];
-  return cpu_has_avx512_vnni() ? &avx512[index] : &avx2[index];
 }
 
 }  // namespace ridge::kernels

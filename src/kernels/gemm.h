@@ -1,13 +1,15 @@
 // The quantized GEMM behind matmul(): activations are quantized once per call (8-bit
 // blocks, as ggml does), then integer dot products run against the weight blocks as they
-// lie in the GGUF file. Each weight type has a scalar reference and an AVX2 kernel;
-// matmul picks the kernel for the CPU at run time.
+// lie in the GGUF file. One table per ISA, indexed by weight type (ggml's type_traits_cpu),
+// says for each type what runs: the activation format and its quantizer, and the GEMM.
+// Each weight type has a scalar reference the fast entries are tested against.
 //
 //   const GemmKernel* k = gemm_kernel(DType::Q4_K, best_isa());   // null: no integer path
-//   quantize_activations(k->act, Isa::kAvx2, x, act, n_in);      // one token row
+//   k->quantize(x, act, n_in);                                     // one token row
 //   k->gemm({n_in, w_bytes, row_bytes, act, act_row_bytes(k->act, n_in), y, n_out}, n_out, 1);
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 
@@ -32,6 +34,11 @@ size_t act_row_bytes(ActFormat format, int64_t n_in);
 
 // Quantizes one token row x[n_in] into dst (act_row_bytes(format, n_in) bytes).
 // n_in must be a multiple of the format's block (32 or 256). kF32 copies.
+using QuantizeActFn = void (*)(const float* x, uint8_t* dst, int64_t n_in);
+
+// The quantizer the ISA's tables use for a format (kScalar: the references; every other
+// ISA: the AVX2 ones, which write the same bytes).
+QuantizeActFn act_quantizer(ActFormat format, Isa isa);
 void quantize_activations(ActFormat format, Isa isa, const float* x, uint8_t* dst, int64_t n_in);
 
 // One GEMM call: y[t * ldy + r] = dot(weight row r, activation row t).
@@ -65,18 +72,38 @@ void transpose_q8_0_scales(const uint8_t* act, size_t act_stride, int64_t n_in, 
 // result is the same in any batch.
 using GemmFn = void (*)(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
+// One weight type's row of an ISA's table. There is no separate decode dot: gemm takes
+// any n_tokens and picks its own tiles for one token or a few (decode).
 struct GemmKernel {
-  ActFormat act = ActFormat::kF32;
-  int64_t block = 1;  // the weight type's block size (n_in must be a multiple)
-  GemmFn gemm = nullptr;
+  Isa isa = Isa::kScalar;            // the code gemm runs: a table takes a lower ISA's kernel
+                                     // where it has none of its own (avx512_vnni's F16: avx2)
+  ActFormat act = ActFormat::kF32;   // the activation rows gemm reads
+  int64_t block = 1;                 // the weight type's block size (n_in must be a multiple)
+  QuantizeActFn quantize = nullptr;  // x -> an activation row; entries of one format write the
+                                     // same bytes, so one quantized x serves mixed types
+  GemmFn gemm = nullptr;             // null: the type has no integer path on this ISA
 };
 
-// The kernel for a weight type and ISA, or null when the type has no integer path
+// An ISA's table, indexed by dtype_slot(weight type) (gemm_table.cpp).
+using GemmTable = std::array<GemmKernel, kDTypeSlots>;
+const GemmTable& gemm_table(Isa isa);
+
+// The table entry for a weight type and ISA, or null when the type has no integer path
 // (F32, Q4_1, Q5_1, Q2_K, Q3_K, ...: matmul dequantizes those rows instead).
 const GemmKernel* gemm_kernel(DType weight, Isa isa);
 
-// Scalar references, one weight row against one activation row, with integer block
-// sums and one float multiply-add per block in block order.
+// The scalar GEMM over a reference vec_dot: every (row, token) pair in turn.
+template <float (*Dot)(int64_t, const uint8_t*, const uint8_t*)>
+void gemm_rows_scalar(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  for (int64_t t = 0; t < n_tokens; ++t)
+    for (int64_t r = 0; r < n_rows; ++r)
+      a.y[t * a.ldy + r] = Dot(a.n_in, a.w + r * a.w_stride, a.act + t * a.act_stride);
+}
+
+// Scalar references: the activation quantizers, and one weight row against one activation
+// row, with integer block sums and one float multiply-add per block in block order.
+void quantize_act_q8_0_scalar(const float* x, uint8_t* dst, int64_t n_in);
+void quantize_act_q8_k_scalar(const float* x, uint8_t* dst, int64_t n_in);
 float vec_dot_q8_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q4_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
@@ -89,7 +116,7 @@ float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_nf4_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_i8_rows_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 
-// AVX2 versions (gemm_avx2.cpp); call only when best_isa() == Isa::kAvx2.
+// AVX2 versions (gemm_avx2.cpp); call only when cpu_supports(Isa::kAvx2).
 void quantize_act_q8_0_avx2(const float* x, uint8_t* dst, int64_t n_in);
 void quantize_act_q8_k_avx2(const float* x, uint8_t* dst, int64_t n_in);
 void gemm_q8_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
@@ -105,9 +132,8 @@ void gemm_nf4_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_i8_rows_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 // AVX-VNNI builds of the Q8_0-family tiles (gemm_avxvnni.cpp) and of the K-quant tiles
-// (gemm_avx2.cpp: vpdpwssd for madd + add), bit-identical to the AVX2 ones; the kAvx2
-// table uses them when cpu_has_avx_vnni().
-bool cpu_has_avx_vnni();
+// (gemm_avx2.cpp: vpdpwssd for madd + add), bit-identical to the AVX2 ones: the kAvxVnni
+// table's entries.
 void gemm_q8_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
@@ -117,10 +143,8 @@ void gemm_q6_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 // AVX-512 builds (gemm_avx512.cpp): rows in vector lanes, packed 16-row panels for
 // batches of 4 tokens or more. Each output is bit-identical to the scalar reference
-// (same integer block dots, same fma per block in block order); the kAvx2 table uses
-// them when cpu_has_avx512_vnni(): AVX-512 F, BW, VL, DQ, VNNI and BITALG (Ice Lake,
-// Zen 4 and later).
-bool cpu_has_avx512_vnni();
+// (same integer block dots, same fma per block in block order): the kAvx512Vnni table's
+// entries (AVX-512 F, BW, VL, DQ, VNNI and BITALG: Ice Lake, Zen 4 and later).
 void gemm_q8_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);

@@ -6,12 +6,13 @@
 #include <cstring>
 
 #if defined(__x86_64__)
-#include <cpuid.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 #endif
 
+#include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/isa.h"
 
 namespace ridge::kernels {
 
@@ -29,23 +30,17 @@ constexpr int kArchReqXcompPerm = 0x1023;
 constexpr int kXfeatureXtiledata = 18;
 
 AmxState probe_amx() {
-  unsigned eax, ebx, ecx, edx;
-  if (!__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx)) return {false, "AMX not used: no CPUID leaf 7"};
-  const bool amx_tile = (edx >> 24) & 1, amx_int8 = (edx >> 25) & 1;
-  if (!amx_tile || !amx_int8) return {false, "AMX not used: no amx_int8 in this CPU"};
-  if (!cpu_has_avx512_vnni()) return {false, "AMX not used: the CPU lacks the AVX-512 VNNI set it runs beside"};
-  // XCR0 bits 17 (tile configuration) and 18 (tile data): the OS saves the tile state.
-  if (!__get_cpuid(1, &eax, &ebx, &ecx, &edx) || !((ecx >> 27) & 1))
-    return {false, "AMX not used: the OS does not enable XSAVE"};
-  uint32_t xcr0_lo, xcr0_hi;
-  __asm__ volatile("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  if (((xcr0_lo >> 17) & 3) != 3) return {false, "AMX not used: the OS does not enable the tile state (XCR0)"};
+  const CpuFeatures& f = cpu_features();
+  if (!f.amx_tile || !f.amx_int8) return {false, "AMX not used: no amx_int8 in this CPU"};
+  if (!cpu_supports(Isa::kAvx512Vnni))
+    return {false, "AMX not used: the CPU lacks the AVX-512 VNNI set it runs beside"};
+  if (!f.os_amx) return {false, "AMX not used: the OS does not enable the tile state (XCR0)"};
   // Linux hands out the 8 KiB of tile data per thread only on request, for the whole
   // process; without it the first tile instruction dies with SIGILL.
   if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
     return {false, str_cat("AMX not used: the kernel refused the tile data permission (arch_prctl: ",
                            std::strerror(errno), ")")};
-  return {true, "AMX-INT8 in use"};
+  return {true, "AMX-INT8 usable"};
 }
 #else
 AmxState probe_amx() { return {false, "AMX not used: not an x86-64 build"}; }

@@ -29,7 +29,7 @@ namespace ridge::kernels {
 // requested once, on the first call). The AVX-512 VNNI kernels must be usable too.
 bool amx_usable();
 
-// "AMX-INT8 in use", or the reason it is not ("no amx_int8 in this CPU", "the kernel
+// "AMX-INT8 usable", or the reason it is not ("no amx_int8 in this CPU", "the kernel
 // refused the tile data permission: ...").
 const std::string& amx_status();
 

@@ -489,19 +489,6 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 
 }  // namespace
 
-bool cpu_has_avx512_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
-                          __builtin_cpu_supports("avx512vnni") && __builtin_cpu_supports("avx512bitalg") &&
-                          __builtin_cpu_supports("avx2") &&
-                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
-}
-
 void gemm_q8_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q8_0>>(a, n_rows, n_tokens); }
 void gemm_q4_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q4_0>>(a, n_rows, n_tokens); }
 void gemm_q5_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q5_0>>(a, n_rows, n_tokens); }

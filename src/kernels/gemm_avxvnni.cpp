@@ -1,7 +1,7 @@
 // The Q8_0-family GEMM tiles of gemm_q8_tiles.h built with AVX-VNNI: vpdpbusd does the
 // unsigned x signed byte products and their int32 sums in one instruction where AVX2
 // needs maddubs + madd. The integers are the same, so results are bit-identical to the
-// AVX2 kernels; gemm_kernel() picks these when the CPU has AVX-VNNI (cpu_has_avx_vnni).
+// AVX2 kernels; the avx_vnni table (gemm_table.cpp) runs these.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -23,16 +23,6 @@ struct DotVnni {
 };
 
 }  // namespace
-
-bool cpu_has_avx_vnni() {
-#if defined(__x86_64__) || defined(__i386__)
-  static const bool has = __builtin_cpu_supports("avxvnni") && __builtin_cpu_supports("avx2") &&
-                          __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
-  return has;
-#else
-  return false;
-#endif
-}
 
 void gemm_q8_0_avxvnni(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   gemm_blocked<TileQ8Family<DecodeQ8_0, DotVnni>>(a, n_rows, n_tokens);

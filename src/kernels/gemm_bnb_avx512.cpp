@@ -1,6 +1,6 @@
 // AVX-512 VNNI integer GEMM for the runtime weight formats NF4 and I8_ROWS
 // (core/quant_bnb.h) against Q8_0 activations, bit-identical to vec_dot_nf4_scalar /
-// vec_dot_i8_rows_scalar. gemm_kernel() picks these when cpu_has_avx512_vnni().
+// vec_dot_i8_rows_scalar. The avx512_vnni table (gemm_table.cpp) runs these.
 //
 // One vpdpbusd multiplies 64 weight bytes of a row (two 32-element groups, in element
 // order) by 64 activation bytes. vpdpbusd wants unsigned weights, so they go in as

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -74,14 +75,26 @@ size_t matmul_scratch_floats(const WeightMatrix& w) {
 }
 
 size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
-  const GemmKernel* kernel = gemm_kernel(w.dtype, Isa::kScalar);
-  if (kernel == nullptr || kernel->act == ActFormat::kF32 || max_tokens <= 0) return 0;
-  size_t bytes = static_cast<size_t>(max_tokens) * act_row_bytes(kernel->act, w.n_in);
-  if (kernel->act == ActFormat::kQ8_0 && max_tokens > 1)  // the transposed scales of a batch
-    bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
-  if (w.dtype == DType::I8_ROWS)  // the outlier masks
-    bytes += static_cast<size_t>(max_tokens * outlier_mask_words(w.n_in)) * sizeof(uint64_t);
-  return bytes;
+  // The most any ISA's entry needs: tests run several ISAs on one scratch.
+  size_t most = 0;
+  for (Isa isa : kAllIsas) {
+    const GemmKernel* kernel = gemm_kernel(w.dtype, isa);
+    if (kernel == nullptr || kernel->act == ActFormat::kF32 || max_tokens <= 0) continue;
+    size_t bytes = static_cast<size_t>(max_tokens) * act_row_bytes(kernel->act, w.n_in);
+    if (kernel->act == ActFormat::kQ8_0 && max_tokens > 1)  // the transposed scales of a batch
+      bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
+    if (w.dtype == DType::I8_ROWS)  // the outlier masks
+      bytes += static_cast<size_t>(max_tokens * outlier_mask_words(w.n_in)) * sizeof(uint64_t);
+    most = std::max(most, bytes);
+  }
+  return most;
+}
+
+std::string matmul_kernel_name(DType weight, Isa isa) {
+  if (const GemmKernel* kernel = gemm_kernel(weight, isa)) return isa_name(kernel->isa);
+  // Float dots (dot_f32: AVX2 on every ISA that has it), on dequantized rows unless F32.
+  const char* dot = isa_has_avx2(isa) ? "avx2" : "scalar";
+  return weight == DType::F32 ? str_cat("f32 ", dot) : str_cat("f32 ", dot, " (rows dequantized)");
 }
 
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
@@ -130,8 +143,7 @@ void add_outliers(const WeightMatrix& w, int64_t r0, int64_t rows, const float* 
 // The quantized-GEMM path for matrices that share x and one activation format: x
 // quantized once, then one parallel region over all their 16-row tiles in order.
 void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKernel* const> kernels,
-                const float* x, std::span<float* const> ys, int64_t n_tokens, ThreadPool& pool, Scratch& scratch,
-                Isa isa) {
+                const float* x, std::span<float* const> ys, int64_t n_tokens, ThreadPool& pool, Scratch& scratch) {
   const GemmKernel* kernel = kernels[0];
   const int64_t n_in = ws[0]->n_in;
   // Quantize every token row once; all threads then read them.
@@ -153,7 +165,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
       for (int64_t t = begin; t < end; ++t) {
         const float* row = x + t * n_in;
         if (masks != nullptr) row = without_outliers(row, n_in, threshold, masks + t * mask_words, scratch.thread_data(thread));
-        quantize_activations(kernel->act, isa, row, dst + t * act_stride, n_in);
+        kernel->quantize(row, dst + t * act_stride, n_in);
       }
     };
     if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
@@ -220,7 +232,7 @@ void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::
     scratch.require(pool.n_threads(), matmul_scratch_floats(*w), "matmul_group");
     scratch.require_shared(matmul_shared_bytes(*w, n_tokens), "matmul_group");
   }
-  gemm_group(ws, std::span<const GemmKernel* const>(kernels, ws.size()), x, ys, n_tokens, pool, scratch, isa);
+  gemm_group(ws, std::span<const GemmKernel* const>(kernels, ws.size()), x, ys, n_tokens, pool, scratch);
 }
 
 void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
@@ -228,7 +240,7 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
   check_weight_matrix(w, "matmul");
   scratch.require(pool.n_threads(), matmul_scratch_floats(w), "matmul");
   scratch.require_shared(matmul_shared_bytes(w, n_tokens), "matmul");
-  if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) throw Error("matmul: this CPU has no AVX2+FMA+F16C");
+  require_isa(isa, "matmul");
   if (n_tokens <= 0) return;
   const int64_t n_in = w.n_in;
   const int64_t n_out = w.n_out;
@@ -237,7 +249,7 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
   if (kernel != nullptr) {
     const WeightMatrix* ws[1] = {&w};
     float* ys[1] = {y};
-    gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), x, ys, n_tokens, pool, scratch, isa);
+    gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), x, ys, n_tokens, pool, scratch);
     return;
   }
 

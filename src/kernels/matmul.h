@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "core/dtype.h"
@@ -80,10 +81,16 @@ void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, T
 void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::span<float* const> ys,
                   int64_t n_tokens, ThreadPool& pool, Scratch& scratch);
 
-// matmul with the kernels of a given ISA (tests and benchmarks compare kScalar and
-// kAvx2; kAvx2 needs best_isa() == kAvx2).
+// matmul with the kernels of a given ISA (tests and benchmarks compare each against
+// kScalar); throws ridge::Error unless cpu_supports(isa). The float paths (F32 weights,
+// types without an integer kernel) use dot_f32 whatever the ISA.
 void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
                 Scratch& scratch, Isa isa);
+
+// What matmul runs for a weight type on an ISA, for start-up lines and `ridge bench`: the
+// ISA of its table entry ("avx512_vnni"; "avx2" for avx512_vnni's F16), or for the float
+// paths "f32 avx2", "f32 avx2 (rows dequantized)".
+std::string matmul_kernel_name(DType weight, Isa isa);
 
 // Reference for tests: dequantizes each row with the same to_float and accumulates in
 // double. Allocates; single-threaded.

@@ -1,5 +1,5 @@
 // AVX2+FMA activation kernels behind ops.h's silu/gelu/swiglu/geglu (ops_avx2.cpp);
-// call only when cpu_has_avx2_fma(). Same contracts as the ops.h functions.
+// call only when cpu_supports(Isa::kAvx2). Same contracts as the ops.h functions.
 #pragma once
 
 #include <cstdint>

@@ -27,6 +27,7 @@ Model::Model(gguf::File file, const ModelOptions& options)
       pool_(options.pool == nullptr ? *owned_pool_ : *options.pool) {
   if (options_.max_batch_tokens <= 0)
     throw Error(str_cat("max_batch_tokens must be positive, got ", options_.max_batch_tokens));
+  kernels::best_isa();  // a bad RIDGE_ISA is an error here, at load, not inside a step
   if (options_.weights == WeightFormat::kNf4) convert_layer_matrices(DType::NF4);
   if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
   const ModelConfig& c = config_;

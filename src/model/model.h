@@ -16,6 +16,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -105,6 +106,24 @@ class Model {
   // counts once, however many of the step's tokens it serves (benchmarks measure reuse).
   uint64_t expert_bytes_read() const { return expert_bytes_read_.load(std::memory_order_relaxed); }
   WeightFormat weight_format() const { return options_.weights; }
+
+  // The kernels the weight matmuls run (model_kernels.cpp): each matrix type with what
+  // runs it on kernels::best_isa() ({"q4_K", "avx512_vnni"}, kernels::matmul_kernel_name),
+  // in type-name order; and as one line, "q4_K avx512_vnni, q6_K avx512_vnni", with
+  // " (RIDGE_ISA=avx2; this CPU: amx_int8)" when RIDGE_ISA forced a lower ISA.
+  std::vector<std::pair<std::string, std::string>> matmul_kernels() const;
+  std::string kernel_summary() const;
+  // Multiply-adds of the weight matmuls, split by the arithmetic that runs them (integer
+  // GEMMs with 8-bit activations, or float dots), for the compute roofline: per token of
+  // the layer matrices (of a mixture of experts, the router and n_expert_used experts),
+  // and per row of logits of the output projection. Attention's score and value products,
+  // norms, RoPE and activations are not weight matmuls and are not counted.
+  struct MatmulMacs {
+    double int8 = 0;
+    double f32 = 0;
+  };
+  MatmulMacs layer_macs_per_token() const;
+  MatmulMacs output_macs_per_row() const;
   // Bytes the converted layer matrices take beyond the file's (negative: fewer); 0 as stored.
   double converted_bytes_delta() const { return converted_bytes_delta_; }
 

@@ -53,6 +53,29 @@ double nominal_clock_ghz() {
   return 0.0;
 }
 
+// Runs kernel(iterations) on each of `threads` threads at once: grows the iteration count
+// until a run takes a measurable time, sizes the timed runs to `seconds` in all, and
+// returns the best rate, ops_per_iteration x iterations x threads per second.
+template <class Kernel>
+double best_rate(int threads, double seconds, double ops_per_iteration, Kernel kernel) {
+  ThreadPool pool(threads);
+  std::vector<double> sinks(static_cast<size_t>(threads));
+  auto run = [&](long iterations) {
+    const auto start = Clock::now();
+    pool.parallel_for(threads, [&](int64_t, int64_t, int thread) { sinks[thread] += kernel(iterations); });
+    return seconds_since(start);
+  };
+  long iterations = 1 << 16;
+  double t = run(iterations);
+  while (t < 0.01 && iterations < (1L << 34)) t = run(iterations *= 4);
+  iterations = std::max(1L, static_cast<long>(static_cast<double>(iterations) * (seconds / 4) / t));
+  double best = 0.0;
+  for (int r = 0; r < 4; ++r) best = std::max(best, static_cast<double>(iterations) * ops_per_iteration * threads / run(iterations));
+  volatile double sink = sinks[0];  // the results must be used or the loops could go
+  (void)sink;
+  return best;
+}
+
 }  // namespace
 
 double measure_read_bandwidth_gbs(int threads, size_t buffer_bytes, int repeats) {
@@ -88,27 +111,11 @@ PeakEstimate estimate_peak_flops(int threads, double seconds) {
   PeakEstimate e;
   e.threads = threads;
   e.nominal_clock_ghz = nominal_clock_ghz();
-  if (!cpu_has_avx2_fma()) {
+  if (!kernels::cpu_supports(kernels::Isa::kAvx2)) {
     e.method = "this CPU has no AVX2+FMA; give the peak with --peak-gflops";
     return e;
   }
-  ThreadPool pool(threads);
-  std::vector<float> sinks(static_cast<size_t>(threads));
-  auto run = [&](long iterations) {
-    const auto start = Clock::now();
-    pool.parallel_for(threads, [&](int64_t, int64_t, int thread) { sinks[thread] += fma_chains_avx2(iterations); });
-    return seconds_since(start);
-  };
-  // Calibrate: grow the iteration count until a run takes a measurable time, then size the
-  // timed runs to `seconds` in total and keep the fastest.
-  long iterations = 1 << 16;
-  double t = run(iterations);
-  while (t < 0.01 && iterations < (1L << 34)) t = run(iterations *= 4);
-  iterations = std::max(1L, static_cast<long>(static_cast<double>(iterations) * (seconds / 4) / t));
-  double best = 0.0;
-  for (int r = 0; r < 4; ++r) best = std::max(best, static_cast<double>(iterations) * 12 * 8 * 2 * threads / run(iterations));
-  volatile float sink = sinks[0];
-  (void)sink;
+  const double best = best_rate(threads, seconds, 12 * 8 * 2, fma_chains_avx2);
   e.flops = best;
   e.implied_clock_ghz = best / (threads * e.flops_per_cycle_per_core) / 1e9;
   e.method = str_cat("measured: ", threads, " threads x 12 chains of 8-wide fp32 AVX2 FMA; a core with 2 FMA pipes "
@@ -116,6 +123,58 @@ PeakEstimate estimate_peak_flops(int threads, double seconds) {
                      format_fixed(e.implied_clock_ghz, 2), " GHz",
                      e.nominal_clock_ghz > 0 ? str_cat(" (/proc/cpuinfo says ", format_fixed(e.nominal_clock_ghz, 2), " GHz)") : "");
   return e;
+}
+
+ComputePeak measure_compute_peak(kernels::Isa isa, int threads, double seconds) {
+  using kernels::Isa;
+  if (threads < 1) throw Error(str_cat("compute peak probe: threads must be >= 1, got ", threads));
+  kernels::require_isa(isa, "compute peak probe");
+  ComputePeak p;
+  p.threads = threads;
+  p.isa = p.int8_isa = kernels::isa_name(isa);
+  switch (isa) {
+    case Isa::kScalar:
+      return p;
+    case Isa::kAvx2:
+      p.int8_ops_per_s = best_rate(threads, seconds, 6 * 32 * 2, int8_chains_avx2);
+      p.int8_method = "vpmaddubsw + vpmaddwd ymm";
+      break;
+    case Isa::kAvxVnni:
+      p.int8_ops_per_s = best_rate(threads, seconds, 12 * 32 * 2, int8_chains_avxvnni);
+      p.int8_method = "vpdpbusd ymm";
+      break;
+    case Isa::kAmxInt8:
+      // TODO(lead): AMX probe (kernels/gemm_amx.h):
+      //   p.int8_ops_per_s = kernels::amx_int8_peak_ops_per_s(threads); p.int8_method = "tdpbusd"; break;
+      // Until then, the AVX-512 VNNI loop (and int8_isa says so).
+      p.int8_isa = kernels::isa_name(Isa::kAvx512Vnni);
+      [[fallthrough]];
+    case Isa::kAvx512Vnni:
+      p.int8_ops_per_s = best_rate(threads, seconds, 12 * 64 * 2, int8_chains_avx512);
+      p.int8_method = "vpdpbusd zmm";
+      break;
+  }
+  if (kernels::isa_has_avx512(isa)) {
+    p.f32_flops_per_s = best_rate(threads, seconds, 12 * 16 * 2, fma_chains_avx512);
+    p.f32_method = "vfmadd231ps zmm";
+  } else {
+    p.f32_flops_per_s = best_rate(threads, seconds, 12 * 8 * 2, fma_chains_avx2);
+    p.f32_method = "vfmadd231ps ymm";
+  }
+  return p;
+}
+
+ComputePeak measure_compute_peak(int threads, double seconds) {
+  return measure_compute_peak(kernels::best_isa(), threads, seconds);
+}
+
+double compute_roofline_pct(const ComputeWork& work, double tokens_per_s, const ComputePeak& peak) {
+  if (work.int8_ops < 0 || work.f32_ops < 0 || work.int8_ops + work.f32_ops <= 0 || tokens_per_s <= 0) return 0;
+  if ((work.int8_ops > 0 && peak.int8_ops_per_s <= 0) || (work.f32_ops > 0 && peak.f32_flops_per_s <= 0)) return 0;
+  double ideal_seconds = 0;  // per token, at the peaks
+  if (work.int8_ops > 0) ideal_seconds += work.int8_ops / peak.int8_ops_per_s;
+  if (work.f32_ops > 0) ideal_seconds += work.f32_ops / peak.f32_flops_per_s;
+  return 100.0 * ideal_seconds * tokens_per_s;
 }
 
 DeviceSpec this_machine(int threads) {

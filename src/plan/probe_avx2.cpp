@@ -1,18 +1,10 @@
-// The FMA-throughput kernel of probe.h, compiled for AVX2+FMA whatever the build's
-// target (the caller checks cpu_has_avx2_fma first).
+// The register-only loops of probe.h for AVX2+FMA, compiled for it whatever the build's
+// target (the callers check kernels::cpu_supports(Isa::kAvx2) first).
 #include <immintrin.h>
 
 #include "plan/probe.h"
 
 namespace ridge::plan {
-
-bool cpu_has_avx2_fma() {
-#if defined(__x86_64__) || defined(__i386__)
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
-#else
-  return false;
-#endif
-}
 
 __attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
   // x <- x * a + b converges to b / (1 - a) = 1, so nothing overflows or goes subnormal.
@@ -43,6 +35,29 @@ __attribute__((target("avx2,fma"))) float fma_chains_avx2(long iterations) {
   float total = 0.0f;
   for (float v : lanes) total += v;
   return total;
+}
+
+// AVX2's int8 multiply-add, as the AVX2 GEMM tiles do it: vpmaddubsw (u8 x s8 pairs to
+// s16), vpmaddwd against ones (pairs to s32), vpaddd into the sum; 32 multiply-adds per
+// step. The products do not depend on the sums, so the empty asm makes the inputs opaque
+// each iteration (no instruction) lest the compiler hoist them out of the loop.
+__attribute__((target("avx2,fma"))) int32_t int8_chains_avx2(long iterations) {
+  const __m256i ones = _mm256_set1_epi16(1), w = _mm256_set1_epi8(3);
+  __m256i x0 = _mm256_set1_epi8(1), x1 = _mm256_set1_epi8(2), x2 = _mm256_set1_epi8(3),
+          x3 = _mm256_set1_epi8(4), x4 = _mm256_set1_epi8(5), x5 = _mm256_set1_epi8(6);
+  __m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0, s4 = s0, s5 = s0;
+  for (long i = 0; i < iterations; ++i) {
+    __asm__("" : "+x"(x0), "+x"(x1), "+x"(x2), "+x"(x3), "+x"(x4), "+x"(x5));
+    s0 = _mm256_add_epi32(s0, _mm256_madd_epi16(_mm256_maddubs_epi16(x0, w), ones));
+    s1 = _mm256_add_epi32(s1, _mm256_madd_epi16(_mm256_maddubs_epi16(x1, w), ones));
+    s2 = _mm256_add_epi32(s2, _mm256_madd_epi16(_mm256_maddubs_epi16(x2, w), ones));
+    s3 = _mm256_add_epi32(s3, _mm256_madd_epi16(_mm256_maddubs_epi16(x3, w), ones));
+    s4 = _mm256_add_epi32(s4, _mm256_madd_epi16(_mm256_maddubs_epi16(x4, w), ones));
+    s5 = _mm256_add_epi32(s5, _mm256_madd_epi16(_mm256_maddubs_epi16(x5, w), ones));
+  }
+  const __m256i s = _mm256_add_epi32(_mm256_add_epi32(_mm256_add_epi32(s0, s1), _mm256_add_epi32(s2, s3)),
+                                     _mm256_add_epi32(s4, s5));
+  return _mm256_extract_epi32(s, 0) + _mm256_extract_epi32(s, 7);
 }
 
 }  // namespace ridge::plan

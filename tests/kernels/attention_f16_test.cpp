@@ -56,7 +56,7 @@ AttentionParams params_of(const Case& c) {
 
 std::vector<Isa> isas() {
   std::vector<Isa> v = {Isa::kScalar};
-  if (best_isa() == Isa::kAvx2) v.push_back(Isa::kAvx2);
+  if (cpu_supports(Isa::kAvx2)) v.push_back(Isa::kAvx2);
   return v;
 }
 
@@ -78,7 +78,7 @@ void check_case(const Case& c, int n_threads = 2, uint32_t seed = 100) {
   scratch.reserve_shared(size_t{1} << 20);
   std::vector<std::vector<float>> by_isa;
   for (Isa isa : isas()) {
-    SCOPED_TRACE(isa == Isa::kAvx2 ? "avx2" : "scalar");
+    SCOPED_TRACE(isa_name(isa));
     std::vector<float> got(s.q.size(), -1.0f), f32(s.q.size(), -2.0f);
     const AttentionSequence seq{s.q.data(), s.q_pos.data(), c.n_q, s.table, c.n_kv, got.data()};
     attention_isa(half, std::span<const AttentionSequence>(&seq, 1), c.n_head, params_of(c), pool, scratch, isa);
@@ -245,7 +245,7 @@ TEST(AttentionF16, RowStoreRoundsToNearestEven) {
   kv_row_to_f16(x.data(), best.data(), static_cast<int64_t>(x.size()));
   EXPECT_EQ(scalar, want);
   EXPECT_EQ(best, want);
-  if (best_isa() == Isa::kAvx2) {
+  if (cpu_supports(Isa::kAvx2)) {
     std::vector<uint16_t> fast(x.size(), 3);
     kv_row_to_f16_avx2(x.data(), fast.data(), static_cast<int64_t>(x.size()));
     for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(fast[i], want[i]) << "x = " << x[i];

@@ -98,7 +98,7 @@ LoopCase<T> make_case(int64_t n_rep, int64_t d_head, int64_t count, uint32_t see
 template <class T>
 std::vector<float> scores_of(const LoopCase<T>& c, Isa isa) {
   std::vector<float> s(c.n_rep * kStride, -1.0f);
-  if (isa == Isa::kAvx2)
+  if (isa_has_avx2(isa))
     attention_scores_avx2(c.q.data(), c.n_rep, c.d_head, c.k_head(), c.row_stride(), c.count, c.scale, s.data(),
                           kStride);
   else
@@ -110,7 +110,7 @@ std::vector<float> scores_of(const LoopCase<T>& c, Isa isa) {
 template <class T>
 std::vector<float> accumulated_of(const LoopCase<T>& c, Isa isa) {
   std::vector<float> acc = c.acc;
-  if (isa == Isa::kAvx2)
+  if (isa_has_avx2(isa))
     attention_accumulate_avx2(c.p.data(), kStride, c.n_rep, c.v_head(), c.row_stride(), c.count, c.d_head, acc.data(),
                               c.d_head);
   else
@@ -212,7 +212,7 @@ void add_extremes(LoopCase<T>& c) {
 }
 
 TYPED_TEST(KvLoops, Avx2MatchesScalarBitForBit) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2+FMA+F16C";
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
   std::vector<int64_t> d_heads = {32, 64, 96, 128, 256};
   if (std::is_same_v<TypeParam, Bf16>) d_heads.insert(d_heads.end(), {8, 20, 72, 136});  // tails past 32 and 8
   for (int64_t d_head : d_heads) {
@@ -233,7 +233,7 @@ TYPED_TEST(KvLoops, Avx2MatchesScalarBitForBit) {
 // V is decoded exactly and accumulated as the f32 AVX2 loop does, so every type gives that
 // loop's bits on its decoded rows; bf16 scores likewise (as the f16 loops do).
 TYPED_TEST(KvLoops, Avx2MatchesTheF32LoopsOnDecodedRows) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2+FMA+F16C";
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
   std::vector<int64_t> d_heads = {32, 64, 128, 256};
   if (std::is_same_v<TypeParam, Bf16>) d_heads.insert(d_heads.end(), {8, 20, 72, 136});
   for (int64_t d_head : d_heads) {
@@ -273,7 +273,7 @@ void check_query_quantization_error() {
       const double bound = d * (0.5 + 1e-4) + 127 * std::fabs(d - fp16_to_fp32(fp32_to_fp16(d)));
       std::fill(moved.begin() + static_cast<int64_t>(b), moved.begin() + static_cast<int64_t>(b) + kQK8_0, bound);
     }
-    for (Isa isa : {Isa::kScalar, best_isa()}) {
+    for (Isa isa : testing::loop_isas()) {
       const std::vector<float> got = scores_of(c, isa);
       for (int64_t r = 0; r < n_rep; ++r) {
         for (int64_t j = 0; j < c.count; ++j) {
@@ -356,8 +356,8 @@ void check_attention(const AttentionCase& c, int n_threads, uint32_t seed) {
   Scratch scratch(pool.n_threads(), attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
   scratch.reserve_shared(size_t{1} << 20);
   for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
-    if (isa == Isa::kAvx2 && best_isa() != Isa::kAvx2) continue;
-    SCOPED_TRACE(isa == Isa::kAvx2 ? "avx2" : "scalar");
+    if (!cpu_supports(isa)) continue;
+    SCOPED_TRACE(isa_name(isa));
     std::vector<float> got(q.size(), -1.0f);
     const AttentionSequence seq{q.data(), q_pos.data(), c.n_q, table, c.n_kv, got.data()};
     attention_isa(kv, std::span<const AttentionSequence>(&seq, 1), c.n_head, params, pool, scratch, isa);

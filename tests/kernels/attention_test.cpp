@@ -268,7 +268,7 @@ namespace {
 
 // The vectorized exp of the softmax against std::exp over the range scores take.
 TEST(AttentionInnerLoops, ExpSumMatchesStdExp) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
   std::vector<float> x;
   for (float v = -86.0f; v <= 0.0f; v += 0.0137f) x.push_back(v);
   x.push_back(0.0f);
@@ -281,7 +281,7 @@ TEST(AttentionInnerLoops, ExpSumMatchesStdExp) {
 
 // Every shape of the scalar and AVX2 loops, odd head counts and d_head not a multiple of 8.
 TEST(AttentionInnerLoops, Avx2MatchesScalar) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
   for (int64_t n_rep : {1, 2, 3, 5, 7}) {
     for (int64_t d_head : {8, 20, 64, 136}) {
       const int64_t count = 13, row_stride = d_head + 5, stride = 16;
@@ -322,7 +322,7 @@ TEST(Attention, SplitAcrossThreadsEqualsUnsplit) {
     SCOPED_TRACE(::testing::Message() << "n_head " << c.n_head << " n_kv " << c.n_kv << " threads " << split.threads);
     PagedSequence s = make_sequence(c, 77);
     const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
-    for (Isa isa : {Isa::kScalar, best_isa()}) {
+    for (Isa isa : testing::loop_isas()) {
       ThreadPool pool(split.threads);
       Scratch scratch(split.threads, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
       scratch.reserve_shared(size_t{1} << 20);
@@ -370,7 +370,7 @@ TEST(Attention, TilesOfQueryTokensEqualEachTokenAlone) {
                                       << " n_q " << c.n_q << " window " << c.window << " threads " << t.threads);
     const PagedSequence s = make_sequence(c, 31);
     const PagedKvLayer<float> kv{s.k_pool.data(), s.v_pool.data(), s.n_blocks, c.block_size, c.n_kv_head, c.d_head};
-    for (Isa isa : {Isa::kScalar, best_isa()}) {
+    for (Isa isa : testing::loop_isas()) {
       ThreadPool pool(t.threads);
       Scratch scratch(t.threads, attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
       scratch.reserve_shared(size_t{1} << 20);

@@ -27,22 +27,18 @@ using testing::PagedKv;
 using testing::PagedKvShape;
 using testing::random_floats;
 
-std::vector<Isa> all_isas() {
-  std::vector<Isa> v = {Isa::kScalar};
-  if (best_isa() == Isa::kAvx2) v.push_back(Isa::kAvx2);
-  if (cpu_has_avx512f()) v.push_back(Isa::kAvx512);
-  return v;
-}
+// The step's three builds: scalar, AVX2 and AVX-512 (on the ISAs that have them).
+std::vector<Isa> all_isas() { return testing::loop_isas(); }
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
-const char* name(Isa isa) { return isa == Isa::kScalar ? "scalar" : isa == Isa::kAvx2 ? "avx2" : "avx512"; }
+const char* name(Isa isa) { return isa_name(isa); }
 
 template <class T>
 void run_step(Isa isa, const AttentionTileStep<T>& st) {
-  if (isa == Isa::kAvx512)
+  if (isa_has_avx512(isa))
     attention_tile_step_avx512(st);
-  else if (isa == Isa::kAvx2)
+  else if (isa_has_avx2(isa))
     attention_tile_step_avx2(st);
   else
     attention_tile_step_scalar(st);
@@ -260,7 +256,7 @@ void check_prequantized(Isa isa) {
 
 TEST(AttentionTileStep, PrequantizedQueriesGiveTheSameScores) {
   for (Isa isa : all_isas()) {
-    if (isa == Isa::kAvx512) continue;  // no AVX-512 loops for quantized caches
+    if (isa_has_avx512(isa)) continue;  // no AVX-512 loops for quantized caches
     check_prequantized<BlockQ8_0>(isa);
     check_prequantized<BlockQ4_0>(isa);
   }

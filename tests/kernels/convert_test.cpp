@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/fp16.h"
+#include "kernels/isa.h"
 
 namespace ridge::kernels {
 namespace {
@@ -22,7 +23,7 @@ TEST(Convert, F16ToF32MatchesScalarOnEveryNonNanHalf) {
   for (size_t i = 0; i < halves.size(); ++i)
     ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(fp16_to_fp32(halves[i])))
         << "half 0x" << std::hex << halves[i];
-  if (cpu_has_f16c_avx2()) {
+  if (cpu_supports(Isa::kAvx2)) {
     for (int64_t n : {1, 7, 8, 9, 23}) {  // tails after the 8-wide body
       std::vector<float> part(static_cast<size_t>(n));
       f16_to_f32_f16c(halves.data() + 1000, part.data(), n);

@@ -24,7 +24,7 @@ TEST(Dot, ScalarAndAvx2MatchDoubleSumForAllLengthsAndOffsets) {
       // A float sum of n products errs by at most ~n * 2^-24 * sum |a_i b_i|.
       const double tolerance = 1e-6 + 2.0 * n * 6e-8 * magnitude;
       EXPECT_NEAR(dot_f32_scalar(a.data() + offset, b.data() + offset, n), expected, tolerance) << "n=" << n;
-      if (cpu_has_avx2_fma()) {
+      if (cpu_supports(Isa::kAvx2)) {
         EXPECT_NEAR(dot_f32_avx2(a.data() + offset, b.data() + offset, n), expected, tolerance) << "n=" << n;
       }
       EXPECT_NEAR(dot_f32(a.data() + offset, b.data() + offset, n), expected, tolerance) << "n=" << n;

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/quant_bnb.h"
 #include "core/thread_pool.h"
 #include "kernels/gemm.h"
@@ -70,14 +71,13 @@ std::vector<float> run(GemmFn fn, DType type, const std::vector<uint8_t>& w, con
   return y;
 }
 
-// The kernels this CPU can run, by name.
+// The kernels this CPU can run, by name: each build, and each ISA's table entry.
 std::vector<std::pair<std::string, GemmFn>> fast_kernels(const Format& f) {
   std::vector<std::pair<std::string, GemmFn>> kernels;
-  if (best_isa() == Isa::kAvx2) {
-    kernels.emplace_back("avx2", f.avx2);
-    kernels.emplace_back("dispatched", gemm_kernel(f.type, Isa::kAvx2)->gemm);
-    if (cpu_has_avx512_vnni()) kernels.emplace_back("avx512", f.avx512);
-  }
+  if (cpu_supports(Isa::kAvx2)) kernels.emplace_back("avx2", f.avx2);
+  if (cpu_supports(Isa::kAvx512Vnni)) kernels.emplace_back("avx512", f.avx512);
+  for (Isa isa : testing::supported_isas())
+    if (isa != Isa::kScalar) kernels.emplace_back(str_cat("table ", isa_name(isa)), gemm_kernel(f.type, isa)->gemm);
   return kernels;
 }
 
@@ -85,7 +85,7 @@ class GemmBnb : public ::testing::TestWithParam<Format> {};
 
 TEST_P(GemmBnb, KernelTableEntries) {
   const Format f = GetParam();
-  for (Isa isa : {Isa::kScalar, best_isa()}) {
+  for (Isa isa : kAllIsas) {
     const GemmKernel* k = gemm_kernel(f.type, isa);
     ASSERT_NE(k, nullptr);
     EXPECT_EQ(k->act, ActFormat::kQ8_0);
@@ -98,7 +98,7 @@ TEST_P(GemmBnb, KernelTableEntries) {
 TEST_P(GemmBnb, FastKernelsEqualScalarBitForBit) {
   const Format f = GetParam();
   const auto kernels = fast_kernels(f);
-  if (kernels.empty()) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (kernels.empty()) GTEST_SKIP() << "skipped: no avx2";
   const GemmFn scalar = gemm_kernel(f.type, Isa::kScalar)->gemm;
   std::vector<int64_t> widths = {64, 192, 4096};
   if (f.type == DType::I8_ROWS) widths.push_back(96);  // an odd number of 32-groups
@@ -178,7 +178,7 @@ TEST_P(GemmBnb, MatmulEqualsScalarReference) {
   ThreadPool pool(2);
   Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));
   scratch.reserve_shared(matmul_shared_bytes(w, n_tokens));
-  for (Isa isa : {Isa::kScalar, best_isa()}) {
+  for (Isa isa : testing::supported_isas()) {
     std::vector<float> y(static_cast<size_t>(n_out * n_tokens));
     matmul_isa(w, x.data(), y.data(), n_tokens, pool, scratch, isa);
     std::vector<uint8_t> act_t(act_row_bytes(ActFormat::kQ8_0, n_in));
@@ -186,7 +186,7 @@ TEST_P(GemmBnb, MatmulEqualsScalarReference) {
       quantize_activations(ActFormat::kQ8_0, Isa::kScalar, x.data() + t * n_in, act_t.data(), n_in);
       for (int64_t o = 0; o < n_out; ++o)
         ASSERT_EQ(y[t * n_out + o], f.scalar_dot(n_in, bytes.data() + o * w.row_bytes, act_t.data()))
-            << dtype_name(f.type) << " isa " << static_cast<int>(isa) << " token " << t << " row " << o;
+             << dtype_name(f.type) << " isa " << isa_name(isa) << " token " << t << " row " << o;
     }
   }
 }

@@ -1,15 +1,19 @@
-// The quantized GEMM pieces: activation quantizers (AVX2 byte-identical to scalar, error
-// within half a step), each scalar vec_dot against a double dot of the dequantized
-// weights and activations, and each AVX2 tile against the scalar reference on weight
-// blocks of random bytes (every bit pattern of scales, nibbles and high bits) with odd
-// numbers of rows and tokens.
+// The quantized GEMM pieces: activation quantizers (every ISA's byte-identical to scalar,
+// error within half a step), each scalar vec_dot against a double dot of the dequantized
+// weights and activations, the per-ISA tables' shape, and every entry of every ISA's
+// table against the scalar reference on weight blocks of random bytes (every bit pattern
+// of scales, nibbles and high bits) and on the largest magnitudes, with odd numbers of
+// rows and tokens: bit for bit where the kernels promise it. ISAs this CPU lacks are
+// reported as skipped.
 #include "kernels/gemm.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
+#include <ostream>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "core/fp16.h"
@@ -21,9 +25,10 @@
 namespace ridge::kernels {
 namespace {
 
-using testing::random_floats;
 using testing::random_weight_bytes;
 using testing::run_gemm;
+
+using testing::random_floats;
 
 struct TypeCase {
   DType type;
@@ -35,6 +40,16 @@ const TypeCase kCases[] = {
     {DType::Q4_K, vec_dot_q4_k_scalar}, {DType::Q5_K, vec_dot_q5_k_scalar}, {DType::Q6_K, vec_dot_q6_k_scalar},
     {DType::F16, vec_dot_f16_scalar},   {DType::BF16, vec_dot_bf16_scalar},
 };
+
+// Every type the tables have an integer path for (the runtime formats' own tests:
+// gemm_bnb_test.cpp).
+const DType kTableTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K,    DType::Q5_K,
+                             DType::Q6_K, DType::F16,  DType::BF16, DType::NF4,     DType::I8_ROWS};
+
+// Skips the running test, saying which ISA this CPU lacks (never a silent pass).
+#define SKIP_UNLESS_CPU_SUPPORTS(isa) \
+  if (!cpu_supports(isa)) GTEST_SKIP() << "skipped: no " << isa_name(isa)
+
 
 // The activation row as floats: what the quantized bytes stand for.
 std::vector<float> dequantized_activations(ActFormat format, const uint8_t* act, int64_t n) {
@@ -53,8 +68,13 @@ std::vector<float> dequantized_activations(ActFormat format, const uint8_t* act,
 
 int64_t width_for(DType type) { return type_traits(type).block_size == 1 ? 203 : (type_traits(type).block_size == 32 ? 9 * 32 : 3 * 256); }
 
-TEST(ActivationQuantization, Avx2BytesEqualScalarAndErrorIsHalfAStep) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+class ActivationQuantization : public ::testing::TestWithParam<Isa> {};
+
+// Each ISA's quantizers write the scalar ones' bytes (so one quantized row serves any
+// entry of its format), within half a step of x.
+TEST_P(ActivationQuantization, BytesEqualScalarAndErrorIsHalfAStep) {
+  const Isa isa = GetParam();
+  SKIP_UNLESS_CPU_SUPPORTS(isa);
   const int64_t n = 3 * 256;
   auto x = random_floats(n, 3, 2.0f);
   for (int i = 0; i < 32; ++i) x[32 + i] = 0.0f;                   // an all-zero block
@@ -64,7 +84,7 @@ TEST(ActivationQuantization, Avx2BytesEqualScalarAndErrorIsHalfAStep) {
     const size_t bytes = act_row_bytes(format, n);
     std::vector<uint8_t> slow(bytes, 0), fast(bytes, 0);
     quantize_activations(format, Isa::kScalar, x.data(), slow.data(), n);
-    quantize_activations(format, Isa::kAvx2, x.data(), fast.data(), n);
+    act_quantizer(format, isa)(x.data(), fast.data(), n);
     ASSERT_EQ(slow, fast) << (format == ActFormat::kQ8_0 ? "q8_0" : "q8_k");
     const auto back = dequantized_activations(format, slow.data(), n);
     const int64_t group = format == ActFormat::kQ8_0 ? 32 : 256;
@@ -85,6 +105,9 @@ TEST(ActivationQuantization, Avx2BytesEqualScalarAndErrorIsHalfAStep) {
     }
   }
 }
+
+INSTANTIATE_TEST_SUITE_P(Isas, ActivationQuantization, ::testing::ValuesIn(kAllIsas),
+                         [](const auto& info) { return std::string(isa_name(info.param)); });
 
 class GemmByType : public ::testing::TestWithParam<TypeCase> {};
 
@@ -112,222 +135,145 @@ TEST_P(GemmByType, ScalarDotEqualsDequantizedDot) {
   }
 }
 
-TEST_P(GemmByType, Avx2TilesMatchScalarOnRandomBlocks) {
-  const TypeCase c = GetParam();
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
-  const int64_t n = width_for(c.type);
-  for (int64_t n_rows : {1, 3, 7, 37}) {
-    for (int64_t n_tokens : {1, 2, 3, 5, 9, 17}) {
-      const auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 31 + n_tokens));
-      const GemmKernel* fast = gemm_kernel(c.type, Isa::kAvx2);
-      const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
-      const size_t stride = act_row_bytes(fast->act, n);
-      const auto x = random_floats(static_cast<size_t>(n * n_tokens), 40 + static_cast<uint32_t>(n_tokens), 4.0f);
-      std::vector<uint8_t> act(stride * n_tokens);
-      for (int64_t t = 0; t < n_tokens; ++t)
-        quantize_activations(fast->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
-      const int64_t ldy = n_rows + 3;  // a stride wider than the tile
-      std::vector<float> got(ldy * n_tokens, -7.0f), want(ldy * n_tokens, -7.0f);
-      GemmArgs fast_args{n, w.data(), row_size(c.type, n), act.data(), stride, got.data(), ldy};
-      std::vector<float> scales_t;
-      if (fast->act == ActFormat::kQ8_0 && n_tokens > 1) {  // the batch path of the Q8_0 family
-        scales_t.resize(2 * q8_0_scales_t_floats(n, n_tokens));  // scales, then block sums
-        transpose_q8_0_scales(act.data(), stride, n, n_tokens, scales_t.data());
-        fast_args.scales_t = scales_t.data();
-        fast_args.sums_t = reinterpret_cast<const int32_t*>(scales_t.data() + q8_0_scales_t_floats(n, n_tokens));
-        fast_args.scales_t_stride = q8_0_scales_t_stride(n_tokens);
-      }
-      GemmArgs slow_args = fast_args;
-      slow_args.y = want.data();
-      fast->gemm(fast_args, n_rows, n_tokens);
-      slow->gemm(slow_args, n_rows, n_tokens);
-      // Float reordering and int -> float rounding of partial sums (K-quant sums pass 2^24)
-      // scale with the outputs' magnitude.
-      float scale = 0;
-      for (int64_t t = 0; t < n_tokens; ++t)
-        for (int64_t r = 0; r < n_rows; ++r) scale = std::max(scale, std::fabs(want[t * ldy + r]));
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        for (int64_t r = 0; r < n_rows; ++r) {
-          const float ref = want[t * ldy + r];
-          ASSERT_NEAR(got[t * ldy + r], ref, 2e-5 * std::fabs(ref) + 2e-5 * scale + 1e-4)
-              << dtype_name(c.type) << " rows " << n_rows << " tokens " << n_tokens << " at " << t << "," << r;
-        }
-        for (int64_t r = n_rows; r < ldy; ++r) ASSERT_EQ(got[t * ldy + r], -7.0f) << "wrote outside the tile";
-      }
-    }
-  }
-}
-
-// The AVX-VNNI K-quant tiles (vpdpwssd in place of madd + add) must give the AVX2 tiles
-// bits exactly, decode and batches, on random blocks and on the largest magnitudes.
-TEST(GemmKQuant, AvxVnniTilesEqualAvx2TilesExactly) {
-  if (best_isa() != Isa::kAvx2 || !cpu_has_avx_vnni()) GTEST_SKIP() << "no AVX-VNNI on this CPU";
-  struct Pair {
-    DType type;
-    GemmFn avx2, vnni;
-  };
-  const Pair pairs[] = {{DType::Q4_K, gemm_q4_k_avx2, gemm_q4_k_avxvnni},
-                        {DType::Q5_K, gemm_q5_k_avx2, gemm_q5_k_avxvnni},
-                        {DType::Q6_K, gemm_q6_k_avx2, gemm_q6_k_avxvnni}};
-  for (const Pair& p : pairs) {
-    const int64_t n = width_for(p.type), n_rows = 5;
-    for (bool extreme : {false, true}) {
-      for (int64_t n_tokens : {1, 6, 9}) {
-        auto w = random_weight_bytes(p.type, n, n_rows, static_cast<uint32_t>(500 + n_tokens));
-        if (extreme) {
-          for (auto& byte : w) byte |= 0xee;  // mostly high nibbles, high bits and big scales
-          for (int64_t b = 0; b < n_rows * n / kQK_K; ++b) {  // finite f16 scales again
-            uint8_t* blk = w.data() + b * type_traits(p.type).type_size;
-            const uint16_t d = fp32_to_fp16(0.01f);
-            std::memcpy(blk + (p.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
-            if (p.type != DType::Q6_K) std::memcpy(blk + 2, &d, 2);  // dmin
-          }
-        }
-        const size_t stride = act_row_bytes(ActFormat::kQ8_K, n);
-        auto x = random_floats(static_cast<size_t>(n * n_tokens), 7 + static_cast<uint32_t>(n_tokens), 4.0f);
-        if (extreme)
-          for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;
-        std::vector<uint8_t> act(stride * n_tokens);
-        for (int64_t t = 0; t < n_tokens; ++t)
-          quantize_activations(ActFormat::kQ8_K, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
-        std::vector<float> got(n_rows * n_tokens, -7.0f), want(n_rows * n_tokens, -5.0f);
-        GemmArgs args{n, w.data(), row_size(p.type, n), act.data(), stride, want.data(), n_rows};
-        p.avx2(args, n_rows, n_tokens);
-        args.y = got.data();
-        p.vnni(args, n_rows, n_tokens);
-        for (size_t i = 0; i < got.size(); ++i)
-          ASSERT_EQ(got[i], want[i]) << dtype_name(p.type) << " tokens " << n_tokens << " extreme " << extreme << " at "
-                                     << i;
-      }
-    }
-  }
-}
-
-// The AVX-512 VNNI kernels (row-major tiles below 4 tokens, packed 16-row panels from
-// 4) compute the scalar reference's exact sequence: equal bits, for row counts that do
-// not fill a tile or panel, token counts on both sides of the panel threshold, random
-// blocks and the largest magnitudes.
-TEST(GemmAvx512, EqualsScalarReferenceBitForBit) {
-  if (best_isa() != Isa::kAvx2 || !cpu_has_avx512_vnni()) GTEST_SKIP() << "no AVX-512 VNNI on this CPU";
-  struct Case {
-    DType type;
-    GemmFn fn;
-  };
-  const Case cases[] = {{DType::Q8_0, gemm_q8_0_avx512}, {DType::Q4_0, gemm_q4_0_avx512},
-                        {DType::Q5_0, gemm_q5_0_avx512}, {DType::Q4_K, gemm_q4_k_avx512},
-                        {DType::Q5_K, gemm_q5_k_avx512}, {DType::Q6_K, gemm_q6_k_avx512}};
-  for (const Case& c : cases) {
-    // Rows of one block (first block is the last) and of several.
-    for (const int64_t n : {static_cast<int64_t>(type_traits(c.type).block_size), width_for(c.type)}) {
-      const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
-      const size_t stride = act_row_bytes(slow->act, n);
-      for (bool extreme : {false, true}) {
-        for (int64_t n_rows : {1, 7, 16, 23}) {
-          for (int64_t n_tokens : {1, 2, 3, 4, 5, 7, 8, 9, 18}) {  // tiles, blockwise packing, panels
-            auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 131 + n_tokens));
-            if (extreme) testing::make_extreme(c.type, w);
-            auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
-            if (extreme)
-              for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
-            std::vector<uint8_t> act(stride * n_tokens);
-            for (int64_t t = 0; t < n_tokens; ++t)
-              quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
-            const int64_t ldy = n_rows + 3;
-            const auto want =
-                run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-            const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-            for (size_t i = 0; i < got.size(); ++i)
-              ASSERT_EQ(got[i], want[i]) << dtype_name(c.type) << " width " << n << " rows " << n_rows << " tokens "
-                                         << n_tokens << " extreme " << extreme << " at " << i;
-          }
-        }
-      }
-    }
-  }
-}
-
-// The AVX2 and AVX-VNNI (256-bit) kernels, which other CPUs run: within float
-// reordering of the scalar reference.
-TEST(GemmAvx2, Avx2AndAvxVnniKernelsMatchScalar) {
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
-  struct Case {
-    DType type;
-    GemmFn fn;
-    bool needs_vnni;
-  };
-  const Case cases[] = {
-      {DType::Q8_0, gemm_q8_0_avx2, false},    {DType::Q4_0, gemm_q4_0_avx2, false},
-      {DType::Q5_0, gemm_q5_0_avx2, false},    {DType::Q4_K, gemm_q4_k_avx2, false},
-      {DType::Q5_K, gemm_q5_k_avx2, false},    {DType::Q6_K, gemm_q6_k_avx2, false},
-      {DType::Q8_0, gemm_q8_0_avxvnni, true},  {DType::Q4_0, gemm_q4_0_avxvnni, true},
-      {DType::Q5_0, gemm_q5_0_avxvnni, true},  {DType::Q4_K, gemm_q4_k_avxvnni, true},
-      {DType::Q5_K, gemm_q5_k_avxvnni, true},  {DType::Q6_K, gemm_q6_k_avxvnni, true},
-  };
-  for (const Case& c : cases) {
-    if (c.needs_vnni && !cpu_has_avx_vnni()) continue;
-    const int64_t n = width_for(c.type);
-    const GemmKernel* slow = gemm_kernel(c.type, Isa::kScalar);
-    const size_t stride = act_row_bytes(slow->act, n);
-    for (int64_t n_rows : {1, 7, 37}) {
-      for (int64_t n_tokens : {1, 3, 9, 17}) {
-        const auto w = random_weight_bytes(c.type, n, n_rows, static_cast<uint32_t>(n_rows * 7 + n_tokens));
-        const auto x = random_floats(static_cast<size_t>(n * n_tokens), 90 + static_cast<uint32_t>(n_tokens), 4.0f);
-        std::vector<uint8_t> act(stride * n_tokens);
-        for (int64_t t = 0; t < n_tokens; ++t)
-          quantize_activations(slow->act, Isa::kScalar, x.data() + t * n, act.data() + t * stride, n);
-        const int64_t ldy = n_rows + 3;
-        const auto want = run_gemm(slow->gemm, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-        const auto got = run_gemm(c.fn, slow->act, w, row_size(c.type, n), act, stride, n, n_rows, n_tokens, ldy);
-        float scale = 0;
-        for (float v : want) scale = std::max(scale, std::fabs(v));
-        for (int64_t t = 0; t < n_tokens; ++t) {
-          for (int64_t r = 0; r < n_rows; ++r) {
-            const float ref = want[t * ldy + r];
-            ASSERT_NEAR(got[t * ldy + r], ref, 2e-5 * std::fabs(ref) + 2e-5 * scale + 1e-4)
-                << dtype_name(c.type) << (c.needs_vnni ? " avx-vnni" : " avx2") << " rows " << n_rows << " tokens "
-                << n_tokens;
-          }
-          for (int64_t r = n_rows; r < ldy; ++r) ASSERT_EQ(got[t * ldy + r], -7.0f) << "wrote outside the tile";
-        }
-      }
-    }
-  }
-}
-
-// The largest magnitudes the formats allow: maddubs must not saturate.
-TEST_P(GemmByType, ExtremeValuesDoNotSaturate) {
-  const TypeCase c = GetParam();
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
-  const int64_t n = width_for(c.type);
-  auto w = random_weight_bytes(c.type, n, 2, 99);
-  if (c.type == DType::Q8_0) {
-    for (int64_t b = 0; b < 2 * n / 32; ++b) std::memset(w.data() + b * 34 + 2, 0x80, 32);  // all -128
-  } else if (c.type != DType::F16 && c.type != DType::BF16) {
-    for (size_t i = 0; i < w.size(); ++i) w[i] |= 0xee;  // mostly high nibbles and bits
-    for (int64_t b = 0; b < 2 * n / type_traits(c.type).block_size; ++b) {
-      uint8_t* blk = w.data() + b * type_traits(c.type).type_size;
-      const uint16_t d = fp32_to_fp16(0.01f);
-      const size_t d_offset = c.type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0;
-      std::memcpy(blk + d_offset, &d, 2);
-      if (c.type == DType::Q4_K || c.type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
-    }
-  }
-  std::vector<float> x(n);
-  for (int64_t i = 0; i < n; ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
-  const GemmKernel* fast = gemm_kernel(c.type, Isa::kAvx2);
-  std::vector<uint8_t> act(act_row_bytes(fast->act, n));
-  quantize_activations(fast->act, Isa::kScalar, x.data(), act.data(), n);
-  for (int r = 0; r < 2; ++r) {
-    const uint8_t* row = w.data() + r * row_size(c.type, n);
-    float got = 0;
-    fast->gemm({n, row, row_size(c.type, n), act.data(), act.size(), &got, 1}, 1, 1);
-    const float want = c.scalar_dot(n, row, act.data());
-    EXPECT_NEAR(got, want, 2e-5 * std::fabs(want) + 1e-3) << dtype_name(c.type) << " row " << r;
-  }
-}
-
 INSTANTIATE_TEST_SUITE_P(WeightTypes, GemmByType, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
+
+
+// Where a table entry's kernel promises the scalar reference's bits (gemm.h): the same
+// integer block dots and the same fma per block in block order. The AVX-512 VNNI builds,
+// the runtime formats' builds on every ISA, and the AMX entries (issue 15 asks the same
+// of them). The AVX-VNNI builds promise the AVX2 builds' bits instead; the other AVX2
+// builds, float reordering only.
+bool promises_scalar_bits(const GemmKernel& k, DType type) {
+  if (k.isa == Isa::kScalar || type == DType::NF4 || type == DType::I8_ROWS) return true;
+  return k.isa == Isa::kAvx512Vnni || k.isa == Isa::kAmxInt8;
+}
+
+// Whether a table for `table` may hold an entry built for `entry`: its own, or one whose
+// instructions it has (every ISA above scalar has AVX2's; amx_int8 has avx512_vnni's).
+bool table_may_hold(Isa table, Isa entry) {
+  if (entry == table) return true;
+  if (entry == Isa::kAvx2) return table != Isa::kScalar;
+  if (entry == Isa::kAvx512Vnni) return table == Isa::kAmxInt8;
+  return false;
+}
+
+// Every ISA's table has an entry for each type the scalar table has (none falls back to
+// dequantized rows unnoticed), with the same activation format and block, a quantizer,
+// and a kernel built for instructions that ISA has. These are facts of the tables, so
+// they hold on any CPU.
+TEST(GemmTable, EveryIsaCoversTheScalarTypesWithItsOwnInstructions) {
+  for (Isa isa : kAllIsas) {
+    SCOPED_TRACE(isa_name(isa));
+    for (uint32_t slot = 0; slot < kDTypeSlots; ++slot) {
+      const GemmKernel& ref = gemm_table(Isa::kScalar)[slot];
+      const GemmKernel& k = gemm_table(isa)[slot];
+      EXPECT_EQ(k.gemm != nullptr, ref.gemm != nullptr) << "slot " << slot;
+      if (k.gemm == nullptr) continue;
+      EXPECT_EQ(k.act, ref.act) << "slot " << slot;
+      EXPECT_EQ(k.block, ref.block) << "slot " << slot;
+      EXPECT_NE(k.quantize, nullptr) << "slot " << slot;
+      EXPECT_TRUE(table_may_hold(isa, k.isa)) << "slot " << slot << " runs " << isa_name(k.isa);
+    }
+    for (DType type : kTableTypes) {
+      const GemmKernel* k = gemm_kernel(type, isa);
+      ASSERT_NE(k, nullptr) << dtype_name(type);
+      EXPECT_EQ(k, &gemm_table(isa)[dtype_slot(type)]);
+      EXPECT_EQ(k->block, type_traits(type).block_size) << dtype_name(type);
+    }
+    EXPECT_EQ(gemm_kernel(DType::Q3_K, isa), nullptr) << "q3_K has no integer path";
+    EXPECT_EQ(gemm_kernel(DType::F32, isa), nullptr) << "f32 runs float dots";
+  }
+}
+
+struct EntryCase {
+  Isa isa;
+  DType type;
+};
+
+void PrintTo(const EntryCase& c, std::ostream* os) { *os << isa_name(c.isa) << " " << dtype_name(c.type); }
+
+std::vector<EntryCase> entry_cases() {
+  std::vector<EntryCase> v;
+  for (Isa isa : kAllIsas)
+    for (DType type : kTableTypes) v.push_back({isa, type});
+  return v;
+}
+
+class GemmTableEntry : public ::testing::TestWithParam<EntryCase> {};
+
+// The entry's quantizer writes the scalar bytes, and its GEMM gives the scalar reference:
+// bit for bit where promised (promises_scalar_bits; AVX-VNNI: the AVX2 entry's bits), else
+// within float reordering. Widths of one block and of several, rows that do not fill a
+// tile or a 16-row panel, token counts on both sides of every tile and panel threshold,
+// random blocks and the largest magnitudes (maddubs must not saturate); nothing written
+// outside the tile.
+TEST_P(GemmTableEntry, MatchesScalarReference) {
+  const auto [isa, type] = GetParam();
+  SKIP_UNLESS_CPU_SUPPORTS(isa);
+  const GemmKernel* fast = gemm_kernel(type, isa);
+  const GemmKernel* slow = gemm_kernel(type, Isa::kScalar);
+  ASSERT_NE(fast, nullptr);
+  ASSERT_NE(slow, nullptr);
+  const GemmKernel* avx2 = fast->isa == Isa::kAvxVnni ? gemm_kernel(type, Isa::kAvx2) : nullptr;
+  const bool bits = promises_scalar_bits(*fast, type);
+  const TypeTraits& traits = type_traits(type);
+  const bool quant_blocks = traits.row_header == 0 && type != DType::F16 && type != DType::BF16;
+  for (const int64_t n : {traits.block_size == 1 ? int64_t{32} : traits.block_size, width_for(type)}) {
+    const size_t stride = act_row_bytes(fast->act, n);
+    for (bool extreme : {false, true}) {
+      for (int64_t n_rows : {1, 7, 16, 23, 37}) {
+        for (int64_t n_tokens : {1, 2, 3, 4, 5, 8, 9, 17, 18}) {
+          auto w = random_weight_bytes(type, n, n_rows, static_cast<uint32_t>(n * 3 + n_rows * 131 + n_tokens));
+          if (extreme && quant_blocks) testing::make_extreme(type, w);
+          auto x = random_floats(static_cast<size_t>(n * n_tokens), 70 + static_cast<uint32_t>(n_tokens), 4.0f);
+          if (extreme)
+            for (size_t i = 0; i < x.size(); ++i) x[i] = (i % 3 == 0) ? -1.0f : 1.0f;  // every q at +-127
+          std::vector<uint8_t> act(stride * n_tokens), act_ref(stride * n_tokens);
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            fast->quantize(x.data() + t * n, act.data() + t * stride, n);
+            slow->quantize(x.data() + t * n, act_ref.data() + t * stride, n);
+          }
+          ASSERT_EQ(act, act_ref) << "quantizer bytes, width " << n << " tokens " << n_tokens;
+          const int64_t ldy = n_rows + 3;
+          const size_t w_stride = row_size(type, n);
+          const auto want = run_gemm(slow->gemm, slow->act, w, w_stride, act, stride, n, n_rows, n_tokens, ldy);
+          const auto got = run_gemm(fast->gemm, fast->act, w, w_stride, act, stride, n, n_rows, n_tokens, ldy);
+          const auto also = avx2 ? run_gemm(avx2->gemm, avx2->act, w, w_stride, act, stride, n, n_rows, n_tokens, ldy)
+                                 : std::vector<float>();
+          // Float reordering and int -> float rounding of partial sums (K-quant sums pass
+          // 2^24) scale with the outputs' magnitude.
+          float scale = 0;
+          for (float v : want) scale = std::max(scale, std::fabs(v));
+          for (int64_t t = 0; t < n_tokens; ++t) {
+            for (int64_t r = 0; r < n_rows; ++r) {
+              const size_t i = static_cast<size_t>(t * ldy + r);
+              const auto where = [&] {
+                return ::testing::Message() << "width " << n << " rows " << n_rows << " tokens " << n_tokens
+                                            << " extreme " << extreme << " at " << t << "," << r << " (runs "
+                                            << isa_name(fast->isa) << ")";
+              };
+              if (bits) {
+                ASSERT_EQ(got[i], want[i]) << where();
+              } else {
+                const double tolerance = 2e-5 * std::fabs(want[i]) + 2e-5 * scale + (extreme ? 1e-3 : 1e-4);
+                ASSERT_NEAR(got[i], want[i], tolerance) << where();
+              }
+              if (avx2) {
+                ASSERT_EQ(got[i], also[i]) << "not the AVX2 entry's bits: " << where();
+              }
+            }
+            for (int64_t r = n_rows; r < ldy; ++r) ASSERT_EQ(got[t * ldy + r], -7.0f) << "wrote outside the tile";
+          }
+        }
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(IsasAndTypes, GemmTableEntry, ::testing::ValuesIn(entry_cases()), [](const auto& info) {
+  return std::string(isa_name(info.param.isa)) + "_" + std::string(dtype_name(info.param.type));
+});
 
 }  // namespace
 }  // namespace ridge::kernels

@@ -13,6 +13,7 @@
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
 #include "kernels/gemm.h"
+#include "test_util.h"
 
 namespace ridge::kernels::testing {
 
@@ -25,6 +26,11 @@ inline std::vector<uint8_t> random_weight_bytes(DType type, int64_t n_in, int64_
   std::uniform_real_distribution<float> scale(-0.02f, 0.02f);
   const size_t row = row_size(type, n_in);
   std::vector<uint8_t> bytes(row * static_cast<size_t>(n_rows));
+  if (t.row_header > 0) {  // the runtime formats: each row quantized, its statistics first
+    const auto values = random_floats(static_cast<size_t>(n_in * n_rows), seed, 0.05f);
+    for (int64_t r = 0; r < n_rows; ++r) t.from_float(values.data() + r * n_in, bytes.data() + r * row, n_in);
+    return bytes;
+  }
   for (auto& b : bytes) b = static_cast<uint8_t>(byte(rng));
   auto put_f16 = [&](uint8_t* p) {
     const uint16_t h = fp32_to_fp16(scale(rng));
@@ -49,8 +55,8 @@ inline std::vector<uint8_t> random_weight_bytes(DType type, int64_t n_in, int64_
   return bytes;
 }
 
-// Runs one GEMM kernel over n_rows x n_tokens (ldy wider than the tile) with the
-// transposed Q8_0 tables when the batch path wants them.
+// Runs one GEMM kernel over n_rows x n_tokens (ldy wider than the tile, -7 elsewhere)
+// with the transposed Q8_0 tables when the batch path wants them, as matmul does.
 inline std::vector<float> run_gemm(GemmFn fn, ActFormat act_format, const std::vector<uint8_t>& w, size_t w_stride,
                             const std::vector<uint8_t>& act, size_t stride, int64_t n, int64_t n_rows,
                             int64_t n_tokens, int64_t ldy) {
@@ -58,7 +64,7 @@ inline std::vector<float> run_gemm(GemmFn fn, ActFormat act_format, const std::v
   GemmArgs args{n, w.data(), w_stride, act.data(), stride, y.data(), ldy};
   std::vector<float> scales_t;
   if (act_format == ActFormat::kQ8_0 && n_tokens > 1) {
-    scales_t.resize(2 * q8_0_scales_t_floats(n, n_tokens));
+    scales_t.resize(2 * q8_0_scales_t_floats(n, n_tokens));  // scales, then block sums
     transpose_q8_0_scales(act.data(), stride, n, n_tokens, scales_t.data());
     args.scales_t = scales_t.data();
     args.sums_t = reinterpret_cast<const int32_t*>(scales_t.data() + q8_0_scales_t_floats(n, n_tokens));

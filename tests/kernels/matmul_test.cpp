@@ -58,13 +58,7 @@ int64_t activation_group(DType type) {
   return k->act == ActFormat::kQ8_0 ? 32 : 256;
 }
 
-std::vector<Isa> isas() {
-  std::vector<Isa> v{Isa::kScalar};
-  if (best_isa() == Isa::kAvx2) v.push_back(Isa::kAvx2);
-  return v;
-}
-
-const char* isa_name(Isa isa) { return isa == Isa::kAvx2 ? "avx2" : "scalar"; }
+std::vector<Isa> isas() { return testing::supported_isas(); }
 
 void reserve(Scratch& scratch, int n_threads, const WeightMatrix& w, int64_t max_tokens) {
   scratch.reserve(n_threads, matmul_scratch_floats(w));
@@ -129,24 +123,28 @@ TEST_P(MatmulByType, MatchesDoubleReferenceWithinActivationRounding) {
   }
 }
 
-// The AVX2 tiles against the scalar per-type references on the same quantized
-// activations: only float summation order differs, so the gap is tiny.
-TEST_P(MatmulByType, Avx2MatchesScalarKernel) {
+// Each ISA's kernels against the scalar per-type references on the same quantized
+// activations: at most float summation order differs, so the gap is tiny.
+TEST_P(MatmulByType, EveryIsaMatchesScalarKernel) {
   const DType type = GetParam();
-  if (best_isa() != Isa::kAvx2) GTEST_SKIP() << "no AVX2 on this CPU";
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
   if (!can_test(type)) GTEST_SKIP() << dtype_name(type) << " has no quantizer/dequantizer yet";
   const int64_t n_in = odd_width(type), n_out = 41;
   const QuantizedMatrix m = make_matrix(type, n_in, n_out);
   ThreadPool pool(2);
   Scratch scratch;
-  for (int64_t n_tokens : {1, 2, 5, 23}) {
-    reserve(scratch, pool.n_threads(), m.w, n_tokens);
-    const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 31 + n_tokens, 3.0f);
-    std::vector<float> fast(static_cast<size_t>(n_tokens * n_out)), slow(fast.size());
-    matmul_isa(m.w, x.data(), fast.data(), n_tokens, pool, scratch, Isa::kAvx2);
-    matmul_isa(m.w, x.data(), slow.data(), n_tokens, pool, scratch, Isa::kScalar);
-    for (size_t i = 0; i < fast.size(); ++i)
-      EXPECT_NEAR(fast[i], slow[i], 1e-4 + 2e-5 * std::fabs(slow[i])) << dtype_name(type) << " output " << i;
+  for (Isa isa : isas()) {
+    if (isa == Isa::kScalar) continue;
+    for (int64_t n_tokens : {1, 2, 5, 23}) {
+      reserve(scratch, pool.n_threads(), m.w, n_tokens);
+      const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 31 + n_tokens, 3.0f);
+      std::vector<float> fast(static_cast<size_t>(n_tokens * n_out)), slow(fast.size());
+      matmul_isa(m.w, x.data(), fast.data(), n_tokens, pool, scratch, isa);
+      matmul_isa(m.w, x.data(), slow.data(), n_tokens, pool, scratch, Isa::kScalar);
+      for (size_t i = 0; i < fast.size(); ++i)
+        EXPECT_NEAR(fast[i], slow[i], 1e-4 + 2e-5 * std::fabs(slow[i]))
+            << dtype_name(type) << " " << isa_name(isa) << " output " << i;
+    }
   }
 }
 

@@ -10,7 +10,26 @@
 #include <random>
 #include <vector>
 
+#include "kernels/isa.h"
+
 namespace ridge::kernels::testing {
+
+// Every ISA this CPU supports, kScalar first: for tests that check each path it can run.
+inline std::vector<Isa> supported_isas() {
+  std::vector<Isa> v;
+  for (Isa isa : kAllIsas)
+    if (cpu_supports(isa)) v.push_back(isa);
+  return v;
+}
+
+// The distinct loop families of kernels built as scalar, AVX2 and AVX-512 (attention):
+// kScalar, kAvx2 and kAvx512Vnni, those this CPU supports.
+inline std::vector<Isa> loop_isas() {
+  std::vector<Isa> v;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni})
+    if (cpu_supports(isa)) v.push_back(isa);
+  return v;
+}
 
 inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1.0f) {
   std::mt19937 rng(seed);

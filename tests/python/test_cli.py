@@ -226,6 +226,44 @@ def test_bench_json_reports_each_step_with_and_without_cache():
     expect_error("bench", "-m", STORIES, "--no-kv-cache", "--batch", "4", phrase="drop --batch")
 
 
+def bench_json_with_isa(isa: str | None, *args):
+    env = dict(os.environ)
+    env.pop("RIDGE_ISA", None)
+    if isa is not None:
+        env["RIDGE_ISA"] = isa
+    return subprocess.run([RIDGE, "bench", "-m", str(STORIES), *map(str, args)], capture_output=True, env=env,
+                          timeout=300)
+
+
+def test_bench_reports_kernels_and_compute_roofline_and_ridge_isa_forces_scalar():
+    args = ("-p", "16", "-n", "4", "--batch", "2", "-r", "1", "-t", "1", "--json", "--no-bandwidth")
+    res = bench_json_with_isa(None, *args)
+    assert res.returncode == 0, res.stderr
+    rows = {r["test"]: r for r in json.loads(res.stdout)}
+    assert set(rows) == {"pp16", "tg4", "tg4 x2"}, rows.keys()
+    # stories260K is all F32: float dots, counted against the f32 peak.
+    for r in rows.values():
+        assert r["kernels"] == {"f32": "f32 scalar" if r["isa"] == "scalar" else "f32 avx2"}, r["kernels"]
+    for name in ("pp16", "tg4 x2"):
+        r = rows[name]
+        assert r["int8_ops_per_token"] == 0 and r["f32_ops_per_token"] > 0
+        if r["isa"] != "scalar":
+            assert r["compute_pct"] == pytest.approx(
+                100 * r["f32_ops_per_token"] * r["avg_ts"] / r["f32_peak_flops_per_s"], rel=1e-9)
+    # The prompt's logits come once, a decoded token's every time: more ops per token.
+    assert rows["tg4 x2"]["f32_ops_per_token"] > rows["pp16"]["f32_ops_per_token"]
+    assert "compute_pct" not in rows["tg4"], "single-sequence decode is memory-bound: no compute figure"
+
+    forced = bench_json_with_isa("scalar", *args)
+    assert forced.returncode == 0, forced.stderr
+    for r in json.loads(forced.stdout):
+        assert r["isa"] == "scalar" and r["kernels"] == {"f32": "f32 scalar"}
+        assert "compute_pct" not in r, "the scalar ISA has no peak to compare with"
+    bad = bench_json_with_isa("avx9000", *args)
+    assert bad.returncode != 0 and bad.stdout.strip() == b""
+    assert b"RIDGE_ISA=avx9000: not an ISA" in bad.stderr, bad.stderr
+
+
 def test_bench_at_depth_runs_after_a_context_and_counts_its_kv_bytes():
     out = json.loads(ridge("bench", "-m", STORIES, "-p", "32", "-n", "8", "-d", "0,200", "-r", "2", "-t", "1", "--json",
                            "--no-bandwidth").stdout)
