@@ -37,7 +37,7 @@ size_t act_row_bytes(ActFormat format, int64_t n_in);
 using QuantizeActFn = void (*)(const float* x, uint8_t* dst, int64_t n_in);
 
 // The quantizer the ISA's tables use for a format (kScalar: the references; every other
-// ISA: the AVX2 ones, which write the same bytes).
+// ISA: the AVX2 ones, which write the same bytes), and a call of it.
 QuantizeActFn act_quantizer(ActFormat format, Isa isa);
 void quantize_activations(ActFormat format, Isa isa, const float* x, uint8_t* dst, int64_t n_in);
 
