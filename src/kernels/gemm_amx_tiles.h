@@ -23,7 +23,7 @@
 #pragma once
 
 #pragma GCC push_options
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg,avx512vbmi,amx-tile,amx-int8")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg,amx-tile,amx-int8")
 
 // The 64-byte tile configuration of palette 1: tile i is rows[i] x colsb[i] bytes.
 struct alignas(64) TileConfig {

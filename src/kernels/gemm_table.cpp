@@ -5,6 +5,7 @@
 #include <array>
 
 #include "kernels/gemm.h"
+#include "kernels/gemm_amx.h"
 
 namespace ridge::kernels {
 
@@ -89,16 +90,16 @@ GemmTable avx512_vnni_table() {
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();
-  // TODO(lead): the AMX kernels (kernels/gemm_amx.h), one line per type: replace the
-  // entry with e.g. put(t, Isa::kAmxInt8, DType::Q8_0, gemm_q8_0_amx). Until then these
-  // types run the AVX-512 VNNI kernels, and their entries say so.
-  put(t, Isa::kAvx512Vnni, DType::Q8_0, gemm_q8_0_avx512);
-  put(t, Isa::kAvx512Vnni, DType::Q4_0, gemm_q4_0_avx512);
-  put(t, Isa::kAvx512Vnni, DType::Q5_0, gemm_q5_0_avx512);
-  put(t, Isa::kAvx512Vnni, DType::Q4_K, gemm_q4_k_avx512);
-  put(t, Isa::kAvx512Vnni, DType::Q5_K, gemm_q5_k_avx512);
-  put(t, Isa::kAvx512Vnni, DType::Q6_K, gemm_q6_k_avx512);
+  GemmTable t = avx512_vnni_table();  // F16, BF16, NF4, I8_ROWS: as there
+  // The tile kernels hand batches too small for the tiles, and every token past the last
+  // whole 16-token tile, to the AVX-512 VNNI kernels (gemm_amx.h).
+  const Isa x = Isa::kAmxInt8;
+  put(t, x, DType::Q8_0, gemm_q8_0_amx);
+  put(t, x, DType::Q4_0, gemm_q4_0_amx);
+  put(t, x, DType::Q5_0, gemm_q5_0_amx);
+  put(t, x, DType::Q4_K, gemm_q4_k_amx);
+  put(t, x, DType::Q5_K, gemm_q5_k_amx);
+  put(t, x, DType::Q6_K, gemm_q6_k_amx);
   return t;
 }
 

@@ -4,6 +4,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/gemm_amx.h"
 
 namespace ridge::kernels {
 
@@ -34,7 +35,7 @@ bool cpu_supports(Isa isa) {
     case Isa::kAvx2: return avx2;
     case Isa::kAvxVnni: return avx2 && f.avx_vnni;
     case Isa::kAvx512Vnni: return avx512;
-    case Isa::kAmxInt8: return avx512 && f.amx_tile && f.amx_int8 && f.os_amx;
+    case Isa::kAmxInt8: return avx512 && f.amx_tile && f.amx_int8 && f.os_amx && amx_usable();
   }
   return false;
 }

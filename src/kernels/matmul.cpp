@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/dot.h"
+#include "kernels/gemm_amx.h"
 
 namespace ridge::kernels {
 
@@ -25,6 +26,8 @@ std::atomic<float> g_int8_outlier_threshold{6.0f};
 
 // I8_ROWS outliers: one bit per column of each token row, set where |x| > threshold.
 int64_t outlier_mask_words(int64_t n_in) { return (n_in + 63) / 64; }
+
+size_t round_up_64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Below this many activation elements, quantizing on one thread beats waking the pool.
 constexpr int64_t kParallelQuantizeElements = 32768;
@@ -85,6 +88,8 @@ size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
       bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
     if (w.dtype == DType::I8_ROWS)  // the outlier masks
       bytes += static_cast<size_t>(max_tokens * outlier_mask_words(w.n_in)) * sizeof(uint64_t);
+    if (kernel->isa == Isa::kAmxInt8)  // the activation tiles, 64-byte aligned
+      bytes = round_up_64(bytes) + static_cast<size_t>(max_tokens / 16) * amx_act_tile_bytes(kernel->act, w.n_in);
     most = std::max(most, bytes);
   }
   return most;
@@ -150,6 +155,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
   float* scales_t = nullptr;
+  const uint8_t* amx_tiles = nullptr;
   const float threshold = int8_outlier_threshold();
   uint64_t* masks = nullptr;  // I8_ROWS with outlier decomposition
   const int64_t mask_words = outlier_mask_words(n_in);
@@ -171,9 +177,22 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
     if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
     else quantize(0, n_tokens, 0);
     act = dst;
+    size_t used = static_cast<size_t>(n_tokens) * act_stride;
     if (kernel->act == ActFormat::kQ8_0 && n_tokens > 1) {
-      scales_t = reinterpret_cast<float*>(dst + n_tokens * act_stride);
+      scales_t = reinterpret_cast<float*>(dst + used);
       transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
+      used += 2 * q8_0_scales_t_floats(n_in, n_tokens) * sizeof(float);
+    }
+    // The AMX kernels read the tokens laid out per 16-token tile: done here once for
+    // all threads, not by every thread's share of the rows. (I8_ROWS, whose masks would
+    // sit here, has no AMX kernel.)
+    const bool amx = std::any_of(kernels.begin(), kernels.end(), [](const GemmKernel* k) { return k->isa == Isa::kAmxInt8; });
+    if (amx && n_tokens >= 16) {
+      uint8_t* tiles = dst + round_up_64(used);
+      pool.parallel_for(n_tokens / 16, [&](int64_t begin, int64_t end, int) {
+        amx_build_act_tiles(kernel->act, dst, act_stride, n_in, begin, end, tiles);
+      });
+      amx_tiles = tiles;
     }
   }
   // Each thread streams its own contiguous share of the rows in order (one forward
@@ -198,8 +217,12 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
       const WeightMatrix& w = *ws[i];
       const int64_t r0 = (begin - tile_begin[i]) * kTile;
       const int64_t rows = std::min((stop - tile_begin[i]) * kTile, w.n_out) - r0;
-      const GemmArgs args{n_in,      w.data + static_cast<size_t>(r0) * w.row_bytes, w.row_bytes, act, act_stride,
-                          ys[i] + r0, w.n_out, scales_t, sums_t, q8_0_scales_t_stride(n_tokens)};
+      const GemmArgs args{n_in,       w.data + static_cast<size_t>(r0) * w.row_bytes,
+                          w.row_bytes, act,
+                          act_stride, ys[i] + r0,
+                          w.n_out,    scales_t,
+                          sums_t,     q8_0_scales_t_stride(n_tokens),
+                          amx_tiles};
       kernels[i]->gemm(args, rows, n_tokens);
       if (masks != nullptr) add_outliers(w, r0, rows, x, n_tokens, masks, ys[i]);
       begin = stop;

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
+#include "kernels/gemm_amx.h"
 #include "plan/units.h"
 
 namespace ridge::plan {
@@ -144,11 +145,9 @@ ComputePeak measure_compute_peak(kernels::Isa isa, int threads, double seconds) 
       p.int8_method = "vpdpbusd ymm";
       break;
     case Isa::kAmxInt8:
-      // TODO(lead): AMX probe (kernels/gemm_amx.h):
-      //   p.int8_ops_per_s = kernels::amx_int8_peak_ops_per_s(threads); p.int8_method = "tdpbusd"; break;
-      // Until then, the AVX-512 VNNI loop (and int8_isa says so).
-      p.int8_isa = kernels::isa_name(Isa::kAvx512Vnni);
-      [[fallthrough]];
+      p.int8_ops_per_s = kernels::amx_int8_peak_ops_per_s(threads, seconds);
+      p.int8_method = "tdpbssd";
+      break;
     case Isa::kAvx512Vnni:
       p.int8_ops_per_s = best_rate(threads, seconds, 12 * 64 * 2, int8_chains_avx512);
       p.int8_method = "vpdpbusd zmm";
