@@ -2,7 +2,9 @@
 // line's kernels and the compute roofline's operation counts (`ridge bench`).
 #include <map>
 
+#include "core/cpu_features.h"
 #include "core/error.h"
+#include "kernels/gemm_amx.h"
 #include "kernels/isa.h"
 #include "kernels/matmul.h"
 #include "model/model.h"
@@ -54,6 +56,10 @@ std::string Model::kernel_summary() const {
   if (kernels::best_isa() != kernels::cpu_best_isa())
     line += str_cat(" (RIDGE_ISA=", kernels::isa_name(kernels::best_isa()), "; this CPU: ",
                     kernels::isa_name(kernels::cpu_best_isa()), ")");
+  // A CPU with tiles the kernels cannot use (the OS or the process permission refused
+  // them) says why, instead of quietly running a lower ISA.
+  const CpuFeatures& f = cpu_features();
+  if (f.amx_tile && f.amx_int8 && !kernels::amx_usable()) line += str_cat(" (", kernels::amx_status(), ")");
   return line;
 }
 
