@@ -117,7 +117,13 @@ Llm::Llm(const LlmOptions& options) {
   if (!draft_path.empty())  // on the target's threads, as `ridge run --draft` loads it
     draft_ = Model::load(draft_path, {.max_batch_tokens = options.max_batch_tokens, .pool = &model_->pool()});
   tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
-  engine_ = std::make_unique<Engine>(*model_, *tokenizer_, eo, draft_.get());
+  try {
+    engine_ = std::make_unique<Engine>(*model_, *tokenizer_, eo, draft_.get());
+  } catch (const Error& e) {
+    // Options this model cannot run with: a cache type its heads do not fit, a context
+    // over the KV budget, a draft with another vocabulary.
+    throw ParameterError(e.what());
+  }
   engine_->start();
 }
 

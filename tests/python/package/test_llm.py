@@ -284,6 +284,8 @@ def test_a_bad_model_path_raises_with_a_clear_message(tmp_path):
         ridge.LLM("no-such-model")
     with pytest.raises(FileNotFoundError):
         ridge.LLM(tmp_path / "missing.gguf")
+    with pytest.raises(ridge.ModelNotFoundError, match="draft: model 'no-such-draft': no such file"):
+        ridge.LLM(STORIES, draft="no-such-draft")
     junk = tmp_path / "junk.gguf"
     junk.write_bytes(b"GGUF" + b"\0" * 12)
     with pytest.raises(ridge.RidgeError, match=re.escape(str(junk))):
@@ -297,6 +299,7 @@ def test_a_bad_model_path_raises_with_a_clear_message(tmp_path):
     ({"spec": "medusa"}, "spec must be 'none', 'ngram' or 'draft', got 'medusa'"),
     ({"spec": "draft"}, "spec='draft' needs a draft model: draft=MODEL"),
     ({"weights": "fp4"}, "weights: unknown weight format 'fp4'"),
+    ({"kv_type": "q8_0"}, "head size 8 is not a multiple of q8_0's block of 32 values; use f16 or bf16"),
 ])
 def test_bad_llm_options_raise_value_errors_naming_them(options, message):
     with pytest.raises(ridge.InvalidParameterError) as e:
