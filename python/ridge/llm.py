@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import os
 import secrets
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Union, cast
 
 from ridge import _ridge
 from ridge._ridge import InvalidParameterError, PerplexityResult, TokenStream
@@ -84,7 +84,8 @@ class LLM:
             raise InvalidParameterError("chat: messages must be a conversation (a list of {'role', 'content'} dicts) "
                                         "or a list of conversations")
         conversations = [messages] if isinstance(messages[0], Mapping) else list(messages)
-        items = [(None, self._engine.chat_prompt(_chat_pairs(c), add_generation_prompt)) for c in conversations]
+        items: List[Tuple[Optional[str], List[int]]] = [
+            (None, self._engine.chat_prompt(_chat_pairs(c), add_generation_prompt)) for c in conversations]
         return self._run(items, sampling_params)
 
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> TokenStream:
@@ -166,7 +167,7 @@ class LLM:
             params = list(sampling_params)
             if len(params) != len(items):
                 raise InvalidParameterError(f"{len(params)} SamplingParams for {len(items)} prompts")
-        requests = []
+        requests: List[_ridge.Request] = []
         for (_, ids), p in zip(items, params):
             seed = _base_seed(p)
             requests.extend(_request(ids, p, seed, j) for j in range(p.n))
@@ -201,10 +202,10 @@ class LLM:
 def _as_list(prompts: Union[PromptType, Sequence[PromptType]]) -> List[PromptType]:
     if isinstance(prompts, (str, Mapping)):
         return [prompts]
-    prompts = list(prompts)
-    if prompts and all(isinstance(p, int) for p in prompts):
-        return [prompts]  # one prompt of token ids
-    return prompts
+    items = list(prompts)
+    if items and all(isinstance(p, int) for p in items):
+        return [cast(Sequence[int], items)]  # one prompt of token ids
+    return cast(List[PromptType], items)
 
 
 def _token_ids(ids: Any) -> List[int]:
@@ -213,7 +214,7 @@ def _token_ids(ids: Any) -> List[int]:
     return list(ids)
 
 
-def _chat_pairs(conversation: Conversation) -> List[Tuple[str, str]]:
+def _chat_pairs(conversation: Any) -> List[Tuple[str, str]]:
     pairs = []
     for i, m in enumerate(conversation):
         if not isinstance(m, Mapping) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
