@@ -4,6 +4,8 @@
 
 #include <string>
 
+#include "model/model_path.h"  // resolve_model_path, which every command uses
+
 namespace CLI {
 class App;
 }
@@ -21,11 +23,6 @@ void add_serve_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_imatrix_command(CLI::App& app);
-
-// Turns a model argument into a file path: an existing path is used as is; otherwise the
-// name is looked up in the model cache (RIDGE_MODEL_CACHE or ~/.cache/ridge/models).
-// Throws ridge::Error listing the cached models and how to fetch one.
-std::string resolve_model_path(const std::string& model);
 
 // A whole file as bytes (calibration text). Throws ridge::Error "PATH: cannot open".
 std::string read_text_file(const std::string& path);

@@ -27,6 +27,7 @@
 #include "core/error.h"
 #include "engine/engine.h"
 #include "quant/perplexity.h"
+#include "quant/window_scoring.h"
 
 namespace ridge::cli {
 namespace {
@@ -47,16 +48,6 @@ struct PerplexityOptions {
   bool kld = false;
   WeightFlags weights;
   KvFlags kv;
-};
-
-// One window's state, written by the engine thread (score callbacks), read by this one
-// after the window's request has finished.
-struct Window {
-  std::vector<int32_t> tokens;     // [n_ctx] as evaluated (BOS first where the vocab adds one)
-  std::vector<int32_t> original;   // [n_ctx] as in the text (what the base file stores)
-  NllStats nll;
-  std::vector<TokenKld> kld;       // --kl-divergence: per scored token, in order
-  std::vector<uint16_t> row;       // [row entries] scratch
 };
 
 std::string read_text(const std::string& path) {
@@ -142,7 +133,7 @@ void perplexity(const PerplexityOptions& opt) {
     text_tokens = base->tokens();
   } else {
     if (opt.text_file.empty()) throw Error("give the text to evaluate: -f FILE");
-    text_tokens = tok.encode(read_text(opt.text_file), /*add_special=*/true, /*parse_special=*/false);
+    text_tokens = quant::perplexity_tokens(tok, read_text(opt.text_file));
   }
   const PerplexityWindows w = quant::plan_windows(text_tokens.size(), n_ctx, opt.chunks);
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
@@ -154,6 +145,33 @@ void perplexity(const PerplexityOptions& opt) {
     writer.emplace(opt.kld_base, w.n_ctx, n_vocab, w.n_chunk,
                    std::span<const int32_t>(text_tokens).first(static_cast<size_t>(w.n_chunk) * w.n_ctx));
   }
+
+  // Per window, written by the engine thread (score rows), read by this one once the
+  // window's request has finished: --kl-divergence's per-token comparisons, and a row of
+  // scratch for the base file's rows.
+  std::vector<std::vector<TokenKld>> klds(static_cast<size_t>(w.n_chunk));
+  std::vector<std::vector<uint16_t>> rows(static_cast<size_t>(w.n_chunk));
+  quant::LogitsFileWriter* out = writer ? &*writer : nullptr;
+  quant::LogitsFileReader* in = base ? &*base : nullptr;
+  quant::WindowScoring::ScoreRow score_row;  // default: -log p(next) alone
+  if (in != nullptr || out != nullptr) {
+    for (auto& row : rows) row.resize(quant::log_prob_row_entries(n_vocab));
+    score_row = [&klds, &rows, in, out](int32_t i, int32_t index, std::span<const float> logits, int32_t next) {
+      std::vector<uint16_t>& row = rows[static_cast<size_t>(i)];
+      if (in != nullptr) {
+        in->read_row(i, index, row);
+        const TokenKld t = quant::compare_with_base(logits, row, next);
+        klds[static_cast<size_t>(i)].push_back(t);
+        return t.nll;
+      }
+      const double nll = quant::encode_log_probs(logits, next, row);
+      out->write_row(i, index, row);
+      return nll;
+    };
+  }
+  // Declared before the engine, so the engine (and any request still running when an
+  // error unwinds) is gone before what the requests point into.
+  quant::WindowScoring scoring(text_tokens, w, tok, score_row);
 
   EngineOptions eo;
   eo.parallel = n_seq;
@@ -169,41 +187,8 @@ void perplexity(const PerplexityOptions& opt) {
                w.n_chunk, w.n_ctx, eo.parallel, eo.max_batch_tokens, model->pool().n_threads(),
                opt.kld ? ", KL divergence against the base" : writer ? ", saving the base logits" : "");
 
-  const bool add_bos = tok.vocab().add_bos() && tok.bos() >= 0;
-  std::vector<Window> windows(static_cast<size_t>(w.n_chunk));
-  std::vector<RequestParams> requests;
-  for (int32_t i = 0; i < w.n_chunk; ++i) {
-    Window& win = windows[static_cast<size_t>(i)];
-    const auto begin = text_tokens.begin() + static_cast<std::ptrdiff_t>(i) * w.n_ctx;
-    win.original.assign(begin, begin + w.n_ctx);
-    win.tokens = win.original;
-    if (add_bos) win.tokens[0] = tok.bos();
-    win.row.resize(quant::log_prob_row_entries(n_vocab));
-    RequestParams p;
-    p.prompt = win.tokens;
-    p.score_from = w.first;
-    Window* wp = &win;
-    quant::LogitsFileWriter* out = writer ? &*writer : nullptr;
-    quant::LogitsFileReader* in = base ? &*base : nullptr;
-    p.score = [wp, out, in, i, first = w.first](int32_t pos, std::span<const float> logits) {
-      const int32_t next = wp->tokens[static_cast<size_t>(pos) + 1];
-      if (in != nullptr) {
-        in->read_row(i, pos - first, wp->row);
-        const TokenKld t = quant::compare_with_base(logits, wp->row, next);
-        wp->kld.push_back(t);
-        wp->nll.add(t.nll);
-      } else if (out != nullptr) {
-        wp->nll.add(quant::encode_log_probs(logits, next, wp->row));
-        out->write_row(i, pos - first, wp->row);
-      } else {
-        wp->nll.add(quant::token_nll(logits, next));
-      }
-    };
-    requests.push_back(std::move(p));
-  }
-
   const Clock::time_point start = Clock::now();
-  std::vector<std::shared_ptr<RequestStream>> streams = engine.submit(std::move(requests));
+  std::vector<std::shared_ptr<RequestStream>> streams = engine.submit(scoring.requests());
   NllStats total;
   KldStats kld;
   if (opt.kld) print_kld_header();
@@ -212,10 +197,9 @@ void perplexity(const PerplexityOptions& opt) {
     while (streams[static_cast<size_t>(i)]->next(ev)) {
     }
     if (ev.finish_reason == FinishReason::kError) throw Error(str_cat("window ", i + 1, ": ", ev.error));
-    const Window& win = windows[static_cast<size_t>(i)];
-    total.add(win.nll);
+    total.add(scoring.window_nll(i));
     if (opt.kld) {
-      for (const TokenKld& t : win.kld) kld.add(t);
+      for (const TokenKld& t : klds[static_cast<size_t>(i)]) kld.add(t);
       print_kld_line(i + 1, kld);
     } else {
       std::printf("[%d]%.4lf,", i + 1, total.perplexity());

@@ -124,6 +124,9 @@ struct StreamEvent {
   bool finished = false;
   FinishReason finish_reason = FinishReason::kNone;
   std::string error;                      // when finish_reason == kError
+  // When the engine pushed the event: a reader that drains several streams in turn (the
+  // Python package's generate) still times each request's first token and end.
+  std::chrono::steady_clock::time_point time;
   // Totals so far (final values on the finished event).
   int32_t prompt_tokens = 0;
   int32_t completion_tokens = 0;

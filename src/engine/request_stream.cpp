@@ -38,6 +38,7 @@ bool RequestStream::cancelled() const {
 }
 
 void RequestStream::push(StreamEvent event) {
+  event.time = std::chrono::steady_clock::now();
   {
     std::lock_guard lock(mutex_);
     events_.push_back(std::move(event));

@@ -85,6 +85,15 @@ uint64_t splitmix64(uint64_t& state) {
 
 }  // namespace
 
+uint64_t choice_seed(uint64_t seed, int32_t index) {
+  if (index == 0) return seed;
+  // splitmix64 of (seed, index): distinct, well-mixed streams for the other choices.
+  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
 void validate(const SamplingParams& p) {
   if (std::isnan(p.temperature)) throw Error("sampling: temperature is NaN");
   if (p.top_k < 0) throw Error(str_cat("sampling: top_k must be >= 0, got ", p.top_k));

@@ -51,6 +51,11 @@ struct SamplingParams {
 // Throws ridge::Error naming the field if a parameter is out of range.
 void validate(const SamplingParams& params);
 
+// The seed of choice `index` of a request with seed `seed` (n completions of one prompt:
+// the server's `n`, the Python package's SamplingParams.n): choice 0 keeps the seed, so a
+// request with n = 1 reproduces the first choice of the same request with n > 1.
+uint64_t choice_seed(uint64_t seed, int32_t index);
+
 struct TokenLogprob {
   int32_t token = 0;
   float logprob = 0.0f;

@@ -208,15 +208,6 @@ ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
   return r;
 }
 
-uint64_t choice_seed(uint64_t seed, int32_t index) {
-  if (index == 0) return seed;
-  // splitmix64 of (seed, index): distinct, well-mixed streams for the other choices.
-  uint64_t z = seed + static_cast<uint64_t>(index) * 0x9E3779B97F4A7C15ull;
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
-}
-
 std::vector<RequestParams> build_engine_requests(const ApiRequest& request, const Tokenizer& tokenizer,
                                                  const ChatTemplate* chat_template, const PromptLimits& limits) {
   const bool chat = request.endpoint == Endpoint::kChatCompletions;

@@ -61,9 +61,7 @@ struct PromptLimits {
   int32_t max_prompt_tokens = 0;  // server limit; 0: none beyond the context
 };
 
-// The seed of choice `index` of a request with seed `seed`: choice 0 keeps the seed, so a
-// request with n = 1 reproduces the first choice of the same request with n > 1.
-uint64_t choice_seed(uint64_t seed, int32_t index);
+using ridge::choice_seed;  // the seed of each of n choices (engine/sampler.h)
 
 // One engine request per choice (n), with the prompt templated (chat) and tokenized.
 // chat_template is null when the model has none: chat requests are then a 400. Throws

@@ -1,12 +1,14 @@
+// The model cache, as scripts/fetch-models lays it out.
+#include "model/model_path.h"
+
 #include <cstdlib>
 #include <filesystem>
 #include <string>
 #include <vector>
 
-#include "cli/commands.h"
 #include "core/error.h"
 
-namespace ridge::cli {
+namespace ridge {
 namespace fs = std::filesystem;
 
 static fs::path model_cache_dir() {
@@ -38,4 +40,4 @@ std::string resolve_model_path(const std::string& model) {
                       "; fetch it with: scripts/fetch-models ", model));
 }
 
-}  // namespace ridge::cli
+}  // namespace ridge
