@@ -21,6 +21,7 @@ void add_serve_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_imatrix_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 // Turns a model argument into a file path: an existing path is used as is; otherwise the
 // name is looked up in the model cache (RIDGE_MODEL_CACHE or ~/.cache/ridge/models).

@@ -361,7 +361,7 @@ json Server::Impl::models_json() const {
                  {{"architecture", model.config().summary()},
                   {"n_ctx", engine.limits().max_request_tokens},
                   {"n_vocab", engine.tokenizer().n_vocab()},
-                  {"chat_template", chat_template ? json(std::string(chat_format_name(chat_template->format)))
+                  {"chat_template", chat_template ? json(std::string(chat_template_name(*chat_template)))
                                                   : json(nullptr)}}}};
   return {{"object", "list"}, {"data", json::array({entry})}};
 }
