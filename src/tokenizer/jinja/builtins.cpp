@@ -229,9 +229,8 @@ Value join_filter(const Value& v, const CallArgs& args) {
 
 Value round_filter(const Value& v, const CallArgs& args) {
   const int64_t precision = int_arg(args.get(0, "precision", Value(0)), "precision");
-  const std::string method = args.get(1, "method", Value(Str::markup("common"))).is_string()
-                                 ? args.get(1, "method").as_str().text()
-                                 : "common";
+  const Value method_value = args.get(1, "method", Value(Str::markup("common")));
+  const std::string method = method_value.is_string() ? method_value.as_str().text() : "common";
   if (!v.is_number()) fail(str_cat("round needs a number, not '", v.type_name(), "'"));
   const double scale = std::pow(10.0, static_cast<double>(precision));
   double x = v.as_double() * scale;

@@ -80,7 +80,7 @@ class Parser {
       if (t.kind == TokenKind::kEnd) {
         if (ends.size() == 0) return body;
         error(opener ? *opener : t, str_cat("unexpected end of template: this '", opener ? opener->text : "",
-                                            "' needs '{% ", *ends.begin(), " %}'"));
+                                            "' needs '{% ", *std::prev(ends.end()), " %}'"));
       }
       if (t.kind == TokenKind::kText) {
         auto n = make_node(NodeKind::kText, t);

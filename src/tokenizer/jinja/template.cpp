@@ -392,6 +392,9 @@ class Interpreter {
         out.insert(out.end(), r.as_list().begin(), r.as_list().end());
         return Value(std::move(out));
       }
+      // Python's own words, which templates' users will search for.
+      if (l.is_string() || l.is_list())
+        fail(str_cat("can only concatenate ", l.type_name(), " (not \"", r.type_name(), "\") to ", l.type_name()));
     }
     if (op == "*") {
       if ((l.is_string() || l.is_list()) && (r.is_int() || r.is_bool())) return repeat(l, r.as_int());
