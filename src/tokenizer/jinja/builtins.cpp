@@ -255,7 +255,25 @@ Value min_max(const Value& v, const CallArgs& args, bool max) {
   return *best;
 }
 
+constexpr std::string_view kFilters[] = {
+    "abs", "capitalize", "count", "d", "default", "dictsort", "e", "escape", "first", "float", "forceescape", "indent",
+    "int", "items", "join", "last", "length", "list", "lower", "map", "max", "min", "reject", "rejectattr", "replace",
+    "reverse", "round", "safe", "select", "selectattr", "sort", "string", "sum", "title", "tojson", "trim", "unique",
+    "upper", "wordcount"};
+constexpr std::string_view kTests[] = {
+    "!=", "<", "<=", "==", ">", ">=", "boolean", "callable", "defined", "divisibleby", "eq", "equalto", "escaped",
+    "even", "false", "float", "ge", "greaterthan", "gt", "in", "integer", "iterable", "le", "lessthan", "lower", "lt",
+    "mapping", "ne", "none", "number", "odd", "sameas", "sequence", "string", "true", "undefined", "upper"};
+
 }  // namespace
+
+bool is_known_filter(std::string_view name) {
+  return std::find(std::begin(kFilters), std::end(kFilters), name) != std::end(kFilters);
+}
+
+bool is_known_test(std::string_view name) {
+  return std::find(std::begin(kTests), std::end(kTests), name) != std::end(kTests);
+}
 
 void fail_undefined(const Value& v) {
   fail(v.undefined_hint().empty() ? std::string("a value is undefined") : v.undefined_hint());

@@ -20,6 +20,10 @@ Value get_slice(const Value& object, const Value& start, const Value& stop, cons
 // The items a for loop visits: a list's items, a dict's keys, a string's characters.
 List iterate(const Value& v);
 
+// Whether a filter or test of this name exists (Jinja2 checks at compile time).
+bool is_known_filter(std::string_view name);
+bool is_known_test(std::string_view name);
+
 Value apply_filter(std::string_view name, const Value& value, const CallArgs& args);
 bool apply_test(std::string_view name, const Value& value, const CallArgs& args);
 // A global function by name, or Undefined.

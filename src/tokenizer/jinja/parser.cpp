@@ -3,6 +3,7 @@
 #include <charconv>
 #include <initializer_list>
 
+#include "tokenizer/jinja/builtins.h"
 #include "tokenizer/jinja/template.h"
 
 namespace ridge::jinja {
@@ -608,6 +609,7 @@ class Parser {
     auto f = make_expr(ExprKind::kFilter, t.where);
     f->name = expect_identifier();
     while (accept_op(".")) f->name += "." + expect_identifier();
+    if (!is_known_filter(f->name)) error(t, str_cat("no filter named '", f->name, "'"));
     f->object = std::move(object);
     if (is_op("(")) parse_args(f->args);
     return f;
@@ -618,8 +620,10 @@ class Parser {
     auto e = make_expr(ExprKind::kTest, is.where);
     e->negated = accept_name("not");
     // "none", "true" and "false" are test names here, not literals.
+    const Token& name_token = peek();
     e->name = expect_identifier();
     while (accept_op(".")) e->name += "." + expect_identifier();
+    if (!is_known_test(e->name)) error(name_token, str_cat("no test named '", e->name, "'"));
     e->object = std::move(object);
     const Token& t = peek();
     if (is_op("(")) {
