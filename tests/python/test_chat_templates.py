@@ -249,3 +249,46 @@ def test_template_errors_name_the_line_and_column(tmp_path):
     err = res.stderr.decode()
     assert "no user turns here" in err and "line 2, column" in err, err
     assert res.stdout == b""
+
+
+# --- the server renders the model's template ---------------------------------------------
+
+def test_server_prompt_tokens_match_the_template_render(tmp_path):
+    """/v1/chat/completions counts exactly the tokens of the jinja2 render of the model's
+    template, tool calls sent as OpenAI sends them (arguments as JSON text). (Template
+    errors as 400/500: tests/server/openai_request_test.cpp.)"""
+    from test_server_api import RidgeServer, cached_model
+
+    model = cached_model("qwen2.5-coder-0.5b")
+    if model is None:
+        pytest.skip("qwen2.5-coder-0.5b is not in the model cache")
+    _, _, source, bos, eos = next(t for t in TEMPLATES if t[0] == model.stem)
+
+    def openai_form(messages):
+        out = []
+        for m in messages:
+            m = dict(m)
+            if "tool_calls" in m:
+                m["tool_calls"] = [{**c, "function": {**c["function"], "arguments": json.dumps(c["function"]["arguments"])}}
+                                   for c in m["tool_calls"]]
+            out.append(m)
+        return out
+
+    def reference_tokens(messages):
+        text = render_reference(source, messages, None, True, bos, eos)
+        f = tmp_path / "prompt.txt"
+        f.write_text(text)
+        res = subprocess.run([RIDGE, "tokenize", "-m", str(model), "-f", str(f)], capture_output=True, timeout=60)
+        assert res.returncode == 0, res.stderr
+        return len(res.stdout.split())
+
+    with RidgeServer(model, "-c", 1024, "--parallel", 1, "--alias", "m") as server:
+        for name in ("one_turn", "system", "many_turns", "tool_round_trip"):
+            messages, _ = CONVERSATIONS[name]
+            status, out = server.post("/v1/chat/completions",
+                                      {"messages": openai_form(messages), "max_tokens": 1, "temperature": 0})
+            assert status == 200, (name, out)
+            assert out["usage"]["prompt_tokens"] == reference_tokens(messages), name
+        # Tool messages are rendered (above); roles outside OpenAI's are still refused.
+        status, out = server.post("/v1/chat/completions", {"messages": [{"role": "robot", "content": "x"}]})
+        assert status == 400 and out["error"]["param"] == "messages[0].role", out
