@@ -86,6 +86,8 @@ TEST(Jinja, SetScopesAndNamespaces) {
   EXPECT_EQ(render("{% set block %}x{{ 1 + 1 }}{% endset %}{{ block }}"), "x2");
   EXPECT_EQ(render("{% set block | upper %}shout{% endset %}{{ block }}"), "SHOUT");
   EXPECT_EQ(render("{% if true %}{% set inner = 'kept' %}{% endif %}{{ inner }}"), "kept");
+  // A namespace holding itself (a reference cycle, broken when the render ends).
+  EXPECT_EQ(render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}"), "True");
 }
 
 TEST(Jinja, Macros) {
@@ -220,6 +222,9 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
                           "{{ x | nosuchfilter }}", "{{ x is nosuchtest }}"}) {
     EXPECT_THROW(Template::parse(bad, "t"), TemplateError) << bad;
   }
+  // Nesting is bounded, so a crafted template cannot exhaust the stack.
+  EXPECT_THROW(Template::parse("{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "t"), TemplateError);
+  EXPECT_THROW(Template::parse("{{ " + std::string(3000, '-') + "1 }}", "t"), TemplateError);
 }
 
 TEST(JinjaErrors, RaiseExceptionAndFailedOperationsAreRenderErrors) {

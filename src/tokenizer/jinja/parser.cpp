@@ -9,6 +9,9 @@
 namespace ridge::jinja {
 namespace {
 
+// Deeper nesting than any template needs; a guard so a crafted one cannot exhaust the stack.
+constexpr int kMaxNesting = 200;
+
 class Parser {
  public:
   Parser(const std::vector<Token>& tokens, std::string_view name) : t_(tokens), name_(name) {}
@@ -75,6 +78,7 @@ class Parser {
   // Parses until a {% tag %} whose name is in `ends` (left unread after the '{%'), or the
   // end of the template when `ends` is empty.
   Body parse_body(std::initializer_list<std::string_view> ends, const Token* opener = nullptr) {
+    Nest nest(*this);
     Body body;
     while (true) {
       const Token& t = peek();
@@ -304,6 +308,7 @@ class Parser {
   }
 
   ExprPtr parse_expression() {
+    Nest nest(*this);
     ExprPtr e = parse_or();
     while (is_name("if")) {
       const Location where = next().where;
@@ -343,6 +348,7 @@ class Parser {
   }
 
   ExprPtr parse_not() {
+    Nest nest(*this);
     if (is_name("not")) {
       auto e = make_expr(ExprKind::kUnary, next().where);
       e->name = "not";
@@ -419,6 +425,7 @@ class Parser {
   }
 
   ExprPtr parse_unary(bool with_filter) {
+    Nest nest(*this);
     ExprPtr e;
     if (is_op("-") || is_op("+")) {
       const Token& t = next();
@@ -639,9 +646,19 @@ class Parser {
     return e;
   }
 
+  // Counts nesting while a parse function runs (an exception ends the parse anyway).
+  struct Nest {
+    Nest(Parser& p) : p_(p) {
+      if (++p_.nesting_ > kMaxNesting) p_.error(p_.peek(), str_cat("nested more than ", kMaxNesting, " deep"));
+    }
+    ~Nest() { --p_.nesting_; }
+    Parser& p_;
+  };
+
   const std::vector<Token>& t_;
   std::string_view name_;
   size_t i_ = 0;
+  int nesting_ = 0;
 };
 
 }  // namespace

@@ -3,6 +3,7 @@
 // carrying Str, and every failure turned into a TemplateError at the node it came from.
 #include "tokenizer/jinja/template.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tokenizer/jinja/builtins.h"
@@ -54,6 +55,12 @@ enum class Flow { kNormal, kBreak, kContinue };
 class Interpreter {
  public:
   Interpreter(const Dict& variables, std::string_view name) : variables_(variables), name_(name) {}
+
+  // Namespaces are the only values a template can change, so the only way to make a
+  // reference cycle ({% set ns.me = ns %}); emptying the ones it changed breaks them all.
+  ~Interpreter() {
+    for (const auto& ns : assigned_namespaces_) ns->entries.clear();
+  }
 
   Str render(const Body& body) {
     Str out;
@@ -199,6 +206,8 @@ class Interpreter {
     const Value* target = lookup_existing(n.targets[0], scope);
     if (target == nullptr || !target->is_dict() || !target->as_dict().is_namespace)
       error(n.where, str_cat("cannot assign attribute on non-namespace object '", n.targets[0], "'"));
+    if (std::find(assigned_namespaces_.begin(), assigned_namespaces_.end(), target->dict_ptr()) == assigned_namespaces_.end())
+      assigned_namespaces_.push_back(target->dict_ptr());
     target->mutable_dict().set(Str::markup(n.attribute), std::move(v));
   }
 
@@ -444,6 +453,7 @@ class Interpreter {
   std::string_view name_;
   Scope root_;
   int depth_ = 0;
+  std::vector<std::shared_ptr<Dict>> assigned_namespaces_;
 };
 
 }  // namespace

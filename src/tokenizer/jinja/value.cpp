@@ -163,7 +163,7 @@ std::string format_float(double d) {
   std::string out = mantissa[0] == '-' ? "-" : "";
   if (exponent >= 16 || exponent < -4) {
     out += digits.substr(0, 1);
-    if (digits.size() > 1) out += "." + digits.substr(1);
+    if (digits.size() > 1) out.append(".").append(digits, 1, std::string::npos);
     char e[16];
     std::snprintf(e, sizeof e, "e%c%02d", exponent < 0 ? '-' : '+', std::abs(exponent));
     return out + e;

@@ -116,6 +116,7 @@ class Value {
   const List& as_list() const { return *std::get<std::shared_ptr<List>>(v_); }
   const Dict& as_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
   Dict& mutable_dict() const { return *std::get<std::shared_ptr<Dict>>(v_); }
+  const std::shared_ptr<Dict>& dict_ptr() const { return std::get<std::shared_ptr<Dict>>(v_); }
   const Function& as_function() const { return *std::get<std::shared_ptr<const Function>>(v_); }
   const std::string& undefined_hint() const { return std::get<Undefined>(v_).hint; }
 
