@@ -23,6 +23,7 @@ void add_serve_command(CLI::App& app);
 void add_perplexity_command(CLI::App& app);
 void add_quantize_command(CLI::App& app);
 void add_imatrix_command(CLI::App& app);
+void add_template_command(CLI::App& app);
 
 // A whole file as bytes (calibration text). Throws ridge::Error "PATH: cannot open".
 std::string read_text_file(const std::string& path);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   ridge::cli::add_perplexity_command(app);
   ridge::cli::add_quantize_command(app);
   ridge::cli::add_imatrix_command(app);
+  ridge::cli::add_template_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -144,10 +144,11 @@ void run_once(Engine& engine, const Tokenizer& tok, const RunOptions& opt) {
 // the earlier turns' blocks (freed blocks keep their K/V until the pool needs them), so
 // only the new message and the last partial block are computed.
 void run_chat(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, const RunOptions& opt) {
+  if (tmpl.parse_error) throw *tmpl.parse_error;
   std::vector<ChatMessage> messages;
   if (!opt.system.empty()) messages.push_back({"system", opt.system});
   std::fprintf(stderr, "chat (%s template); an empty line or Ctrl-D ends it\n",
-               std::string(chat_format_name(tmpl.format)).c_str());
+               std::string(chat_template_name(tmpl)).c_str());
   std::string line;
   while (true) {
     std::fprintf(stderr, "\n> ");

@@ -89,6 +89,9 @@ void serve(const ServeOptions& opt) {
   std::optional<ChatTemplate> chat_template;
   try {
     chat_template = detect_chat_template(model->file());
+    if (chat_template->parse_error)
+      std::fprintf(stderr, "serve: the model's chat template does not parse (%s); /v1/chat/completions will answer 500\n",
+                   chat_template->parse_error->what());
   } catch (const Error& e) {
     std::fprintf(stderr, "serve: no chat template (%s); /v1/chat/completions will answer 400\n", e.what());
   }

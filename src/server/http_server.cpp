@@ -365,7 +365,7 @@ json Server::Impl::models_json() const {
                  {{"architecture", model.config().summary()},
                   {"n_ctx", engine.limits().max_request_tokens},
                   {"n_vocab", engine.tokenizer().n_vocab()},
-                  {"chat_template", chat_template ? json(std::string(chat_format_name(chat_template->format)))
+                  {"chat_template", chat_template ? json(std::string(chat_template_name(*chat_template)))
                                                   : json(nullptr)},
                   {"speculative", spec_method != SpecMethod::kNone ? json(spec_method_name(spec_method))
                                                                    : json(nullptr)}}}};

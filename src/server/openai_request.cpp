@@ -54,6 +54,36 @@ std::string message_content(const json& content, const std::string& name) {
   return text;
 }
 
+// An assistant turn's tool_calls, as OpenAI sends them back: [{id, type: "function",
+// function: {name, arguments: JSON text}}].
+std::vector<ToolCall> parse_tool_calls(const json& calls, const std::string& name) {
+  if (!calls.is_array()) wrong_type(name, "an array", calls);
+  std::vector<ToolCall> out;
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const json& c = calls[i];
+    const std::string call_name = str_cat(name, "[", i, "]");
+    if (!c.is_object()) wrong_type(call_name, "an object", c);
+    ToolCall call;
+    if (const json* id = field(c, "id")) call.id = get_string(*id, call_name + ".id");
+    if (const json* type = field(c, "type"); type != nullptr && get_string(*type, call_name + ".type") != "function")
+      unsupported(call_name + ".type", "only function tool calls are supported");
+    const json* function = field(c, "function");
+    if (function == nullptr)
+      throw ApiError(400, str_cat("Missing required parameter: '", call_name, ".function'."), call_name + ".function",
+                     "missing_required_parameter");
+    if (!function->is_object()) wrong_type(call_name + ".function", "an object", *function);
+    const json* fname = field(*function, "name");
+    if (fname == nullptr)
+      throw ApiError(400, str_cat("Missing required parameter: '", call_name, ".function.name'."),
+                     call_name + ".function.name", "missing_required_parameter");
+    call.name = get_string(*fname, call_name + ".function.name");
+    if (const json* args = field(*function, "arguments"))
+      call.arguments = args->is_string() ? args->get<std::string>() : args->dump();
+    out.push_back(std::move(call));
+  }
+  return out;
+}
+
 void parse_messages(const json& body, ApiRequest& r) {
   const json* m = field(body, "messages");
   if (m == nullptr)
@@ -72,16 +102,28 @@ void parse_messages(const json& body, ApiRequest& r) {
                      "missing_required_parameter");
     std::string role_text = get_string(*role, name + ".role");
     if (role_text == "developer") role_text = "system";  // OpenAI's newer name for it
-    if (role_text != "system" && role_text != "user" && role_text != "assistant")
+    if (role_text != "system" && role_text != "user" && role_text != "assistant" && role_text != "tool")
       throw ApiError(400, str_cat("Invalid value for '", name, ".role': '", role_text,
-                                  "'; supported roles are system, developer, user and assistant."),
+                                  "'; supported roles are system, developer, user, assistant and tool."),
                      name + ".role", "invalid_value");
-    if (field(msg, "tool_calls") != nullptr) unsupported(name + ".tool_calls", "tools are not supported");
+    ChatMessage message;
+    message.role = role_text;
+    if (const json* calls = field(msg, "tool_calls")) {
+      if (role_text != "assistant") unsupported(name + ".tool_calls", "only assistant messages carry tool_calls");
+      message.tool_calls = parse_tool_calls(*calls, name + ".tool_calls");
+    }
+    if (role_text == "tool") {
+      if (const json* id = field(msg, "tool_call_id")) message.tool_call_id = get_string(*id, name + ".tool_call_id");
+    }
+    if (const json* n = field(msg, "name")) message.name = get_string(*n, name + ".name");
+    // An assistant turn that only called tools may have null or no content.
     const json* content = field(msg, "content");
-    if (content == nullptr)
+    if (content == nullptr && message.tool_calls.empty())
       throw ApiError(400, str_cat("Missing required parameter: '", name, ".content'."), name + ".content",
                      "missing_required_parameter");
-    r.messages.push_back({role_text, message_content(*content, name + ".content")});
+    if (content != nullptr && !(content->is_null() && !message.tool_calls.empty()))
+      message.content = message_content(*content, name + ".content");
+    r.messages.push_back(std::move(message));
   }
 }
 
@@ -223,6 +265,13 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
     ChatPrompt rendered;
     try {
       rendered = render_chat_prompt(*chat_template, request.messages, /*add_assistant=*/true);
+    } catch (const jinja::TemplateError& e) {
+      // A template that does not parse is the model's fault (500); one that fails or
+      // refuses on this conversation (raise_exception) answers the client (400).
+      if (e.kind() == jinja::TemplateError::Kind::kSyntax)
+        throw ApiError(500, str_cat("The model's chat template cannot be used: ", e.what()), "", "chat_template_error");
+      throw ApiError(400, str_cat("The model's chat template cannot render these messages: ", e.what()), "messages",
+                     "invalid_value");
     } catch (const Error& e) {
       throw ApiError(400, str_cat("Invalid 'messages': ", e.what()), "messages", "invalid_value");
     }

@@ -251,6 +251,45 @@ TEST_F(BuildRequests, ChatUsesTheTemplateAndFillsTheContext) {
   EXPECT_EQ(params[0].max_tokens, 256 - static_cast<int32_t>(expected.size()));
 }
 
+TEST_F(BuildRequests, ModelTemplateErrorsAreOpenAiErrors) {
+  const std::string chat = R"({"messages": [{"role": "user", "content": "hi"}]})";
+  // The conversation is refused by the template (raise_exception): the client's 400.
+  ChatTemplate refusing = chat_template_from_jinja("{{ raise_exception('Roles must alternate') }}", "tmpl", "", "", false);
+  ApiError e = build_error(chat, Endpoint::kChatCompletions, {.n_ctx = 256}, &refusing);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages");
+  EXPECT_NE(std::string(e.what()).find("Roles must alternate"), std::string::npos) << e.what();
+  EXPECT_NE(std::string(e.what()).find("line 1, column"), std::string::npos) << e.what();
+  // The model's template does not parse: the server's 500, with the location.
+  ChatTemplate broken = chat_template_from_jinja("{% if %}", "tmpl", "", "", false);
+  e = build_error(chat, Endpoint::kChatCompletions, {.n_ctx = 256}, &broken);
+  EXPECT_EQ(e.status, 500);
+  EXPECT_EQ(e.code, "chat_template_error");
+  EXPECT_NE(std::string(e.what()).find("tmpl, line 1, column"), std::string::npos) << e.what();
+}
+
+TEST_F(BuildRequests, ToolMessagesReachTheModelTemplate) {
+  ChatTemplate tmpl = chat_template_from_jinja(
+      "{% for m in messages %}{{ m.role }}|{{ m.content }}|{{ m.tool_calls[0].function.arguments.city if m.tool_calls }}"
+      "{{ m.tool_call_id }};{% endfor %}",
+      "tmpl", "", "", false);
+  ApiRequest r = parse_api_request(R"({"messages": [
+      {"role": "user", "content": "weather?"},
+      {"role": "assistant", "content": null, "tool_calls": [{"id": "c1", "type": "function",
+         "function": {"name": "get_weather", "arguments": "{\"city\": \"Paris\"}"}}]},
+      {"role": "tool", "tool_call_id": "c1", "content": "21C"}]})",
+                                   Endpoint::kChatCompletions);
+  ASSERT_EQ(r.messages.size(), 3u);
+  ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
+  EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
+  auto params = build_engine_requests(r, *tokenizer_, &tmpl, {.n_ctx = 256});
+  EXPECT_EQ(params[0].prompt, tokenizer_->encode("user|weather?|;assistant|None|Paris;tool|21C|c1;"));
+  ApiError e = build_error(R"({"messages": [{"role": "user", "content": "x", "tool_calls": []}]})",
+                           Endpoint::kChatCompletions, {.n_ctx = 256}, &tmpl);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "messages[0].tool_calls");
+}
+
 TEST(ApiErrorJson, HasOpenAiShape) {
   nlohmann::json j = error_json(ApiError(401, "no key", "", "invalid_api_key"));
   EXPECT_EQ(j["error"]["message"], "no key");
