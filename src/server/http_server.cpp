@@ -52,6 +52,10 @@ struct Exchange {
   std::vector<bool> finished;
   std::vector<size_t> text_offsets;  // completions logprobs: text emitted so far per choice
   bool failed = false;               // an error body was written instead of a result
+  // Chat with tools: the syntax of the model's calls, and per choice (streaming) the
+  // parser that splits its text into content and calls.
+  ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
+  std::vector<ToolCallParser> tool_parsers;
 
   void cancel_unfinished() {
     for (size_t i = 0; i < streams.size(); ++i)
@@ -174,6 +178,9 @@ struct Server::Impl {
   // Relays events until every choice finishes; false when the client went away.
   bool relay(Exchange& ex, httplib::DataSink& sink) const;
   bool on_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const;
+  // Streaming with tools: the event's text through the choice's parser, as content and
+  // tool-call chunks.
+  bool stream_tool_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const;
   static bool write_failure(Exchange& ex, httplib::DataSink& sink, const std::string& message);
   json models_json() const;
 };
@@ -395,6 +402,9 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
   ex->finished.assign(ex->streams.size(), false);
   ex->results.resize(ex->streams.size());
   ex->text_offsets.assign(ex->streams.size(), 0);
+  if (endpoint == Endpoint::kChatCompletions && ex->request.tools_active() && chat_template)
+    ex->tool_syntax = tool_call_syntax(*chat_template);
+  ex->tool_parsers.resize(ex->streams.size());
   return ex;
 }
 
@@ -478,7 +488,7 @@ bool Server::Impl::relay(Exchange& ex, httplib::DataSink& sink) const {
     if (ex.request.include_usage && !write(sse_event(usage_chunk(ex.meta, total_usage(ex.results))))) return false;
     return write(kSseDone);
   }
-  return write(dump_json(response_json(ex.meta, ex.results, engine.tokenizer(), ex.request)));
+  return write(dump_json(response_json(ex.meta, ex.results, engine.tokenizer(), ex.request, ex.tool_syntax)));
 }
 
 bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const {
@@ -496,6 +506,7 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
     return write_failure(ex, sink, message);
   }
   if (!ex.request.stream) return true;
+  if (ex.tool_syntax != ToolCallSyntax::kNone) return stream_tool_event(ex, choice, event, sink);
 
   const auto index = static_cast<int32_t>(choice);
   if (!event.text.empty() || (ex.request.logprobs && !event.tokens.empty())) {
@@ -504,6 +515,52 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
     ex.text_offsets[choice] += event.text.size();
   }
   if (event.finished && !write(sse_event(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage))))
+    return false;
+  return true;
+}
+
+bool Server::Impl::stream_tool_event(Exchange& ex, size_t choice, const StreamEvent& event,
+                                     httplib::DataSink& sink) const {
+  auto write = [&](const json& chunk) {
+    const std::string s = sse_event(chunk);
+    return sink.write(s.data(), s.size());
+  };
+  const auto index = static_cast<int32_t>(choice);
+  ToolCallParser& parser = ex.tool_parsers[choice];
+  std::vector<ToolCallPiece> pieces = parser.feed(event.text);
+  if (event.finished)
+    for (ToolCallPiece& p : parser.finish()) pieces.push_back(std::move(p));
+
+  // This event's tokens (and logprobs) ride on the first chunk written for it; when the
+  // parser holds all of its text back, they still go out (with no text) if asked for.
+  StreamEvent rest = event;
+  rest.text.clear();
+  bool tokens_sent = false;
+  auto next_event = [&](std::string text) {
+    StreamEvent e = tokens_sent ? StreamEvent{} : rest;
+    tokens_sent = true;
+    e.text = std::move(text);
+    return e;
+  };
+  int32_t call_index = parser.n_calls();
+  for (const ToolCallPiece& p : pieces) call_index -= p.is_call ? 1 : 0;
+  for (const ToolCallPiece& p : pieces) {
+    if (!p.is_call) {
+      if (!write(text_chunk(ex.meta, index, next_event(p.content), engine.tokenizer(), ex.request, 0))) return false;
+      continue;
+    }
+    if (ex.request.logprobs && !tokens_sent &&
+        !write(text_chunk(ex.meta, index, next_event(""), engine.tokenizer(), ex.request, 0)))
+      return false;
+    for (const json& chunk :
+         tool_call_chunks(ex.meta, index, call_index++, new_tool_call_id(), p.call, ex.request.include_usage))
+      if (!write(chunk)) return false;
+  }
+  if (ex.request.logprobs && !tokens_sent && !event.tokens.empty() &&
+      !write(text_chunk(ex.meta, index, next_event(""), engine.tokenizer(), ex.request, 0)))
+    return false;
+  if (event.finished &&
+      !write(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage, parser.n_calls() > 0)))
     return false;
   return true;
 }

@@ -193,6 +193,91 @@ void parse_logprobs(const json& body, ApiRequest& r) {
   }
 }
 
+[[noreturn]] void missing(const std::string& name) {
+  throw ApiError(400, str_cat("Missing required parameter: '", name, "'."), name, "missing_required_parameter");
+}
+
+// [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
+void check_tools(const json& tools) {
+  if (!tools.is_array()) wrong_type("tools", "an array", tools);
+  for (size_t i = 0; i < tools.size(); ++i) {
+    const json& tool = tools[i];
+    const std::string name = str_cat("tools[", i, "]");
+    if (!tool.is_object()) wrong_type(name, "an object", tool);
+    const json* type = field(tool, "type");
+    if (type == nullptr) missing(name + ".type");
+    if (get_string(*type, name + ".type") != "function")
+      unsupported(name + ".type", "only function tools are supported");
+    const json* function = field(tool, "function");
+    if (function == nullptr) missing(name + ".function");
+    if (!function->is_object()) wrong_type(name + ".function", "an object", *function);
+    const json* fname = field(*function, "name");
+    if (fname == nullptr) missing(name + ".function.name");
+    const std::string fname_text = get_string(*fname, name + ".function.name");
+    if (fname_text.empty() || fname_text.size() > 64)
+      throw ApiError(400, str_cat("Invalid '", name, ".function.name': expected 1 to 64 characters, got ",
+                                  fname_text.size(), "."),
+                     name + ".function.name", "invalid_value");
+    if (const json* d = field(*function, "description")) get_string(*d, name + ".function.description");
+    if (const json* p = field(*function, "parameters"); p != nullptr && !p->is_object())
+      wrong_type(name + ".function.parameters", "an object (a JSON Schema)", *p);
+    if (const json* s = field(*function, "strict")) get_bool(*s, name + ".function.strict");
+  }
+}
+
+void parse_tools(std::string_view body_text, const json& body, ApiRequest& r) {
+  const json* tools = field(body, "tools");
+  if (tools != nullptr) {
+    check_tools(*tools);
+    // The sorted-key json above would reorder each tool's keys; the template must see the
+    // client's order, as jinja2 under Hugging Face does, so the text comes from an
+    // order-keeping parse of the same body.
+    if (!tools->empty()) r.tools_json = nlohmann::ordered_json::parse(body_text)["tools"].dump();
+  }
+  const json* choice = field(body, "tool_choice");
+  r.tool_choice = r.tools_json.empty() ? ToolChoice::kNone : ToolChoice::kAuto;
+  if (choice != nullptr) {
+    if (choice->is_string()) {
+      const std::string c = choice->get<std::string>();
+      if (c == "none") {
+        r.tool_choice = ToolChoice::kNone;
+      } else if (c == "auto" || c == "required") {
+        if (r.tools_json.empty())
+          throw ApiError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                         "tool_choice", "invalid_value");
+        if (c == "required")
+          throw ApiError(400,
+                         "Unsupported value for 'tool_choice': 'required' needs constrained decoding (a grammar over "
+                         "the model's output), which this server does not have yet; use 'auto'.",
+                         "tool_choice", "unsupported_value");
+        r.tool_choice = ToolChoice::kAuto;
+      } else {
+        throw ApiError(400, str_cat("Invalid value for 'tool_choice': '", c,
+                                    "'; expected 'none', 'auto', 'required' or {\"type\": \"function\", ...}."),
+                       "tool_choice", "invalid_value");
+      }
+    } else if (choice->is_object()) {
+      const json* type = field(*choice, "type");
+      if (type == nullptr) missing("tool_choice.type");
+      if (get_string(*type, "tool_choice.type") != "function")
+        unsupported("tool_choice.type", "only function tools are supported");
+      const json* function = field(*choice, "function");
+      if (function == nullptr) missing("tool_choice.function");
+      if (!function->is_object()) wrong_type("tool_choice.function", "an object", *function);
+      const json* fname = field(*function, "name");
+      if (fname == nullptr) missing("tool_choice.function.name");
+      get_string(*fname, "tool_choice.function.name");
+      throw ApiError(400,
+                     "Unsupported value for 'tool_choice': naming a function needs constrained decoding (a grammar "
+                     "over the model's output), which this server does not have yet; use 'auto'.",
+                     "tool_choice", "unsupported_value");
+    } else {
+      wrong_type("tool_choice", "a string or an object", *choice);
+    }
+  }
+  if (const json* v = field(body, "parallel_tool_calls")) r.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+}
+
 void refuse_unsupported(const json& body, Endpoint endpoint) {
   if (const json* v = field(body, "echo"); v != nullptr && get_bool(*v, "echo")) unsupported("echo", "echo is not supported");
   if (field(body, "suffix") != nullptr) unsupported("suffix", "suffix (fill-in-the-middle) is not supported");
@@ -200,9 +285,11 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
     unsupported("best_of", "best_of > 1 is not supported; use n");
   if (const json* v = field(body, "logit_bias"); v != nullptr && !(v->is_object() && v->empty()))
     unsupported("logit_bias", "logit_bias is not supported");
-  for (const char* name : {"tools", "functions"})
-    if (const json* v = field(body, name); v != nullptr && !(v->is_array() && v->empty()))
-      unsupported(name, "tools and function calling are not supported");
+  if (const json* v = field(body, "functions"); v != nullptr && !(v->is_array() && v->empty()))
+    unsupported("functions", "the deprecated 'functions' parameter is not supported; use 'tools'");
+  if (endpoint == Endpoint::kCompletions)
+    for (const char* name : {"tools", "tool_choice"})
+      if (field(body, name) != nullptr) unsupported(name, "tools are a /v1/chat/completions parameter");
   if (const json* v = field(body, "response_format")) {
     const json* type = v->is_object() ? field(*v, "type") : nullptr;
     if (type == nullptr || !type->is_string() || type->get<std::string>() != "text")
@@ -224,6 +311,7 @@ ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
   else
     parse_messages(body, r);
   refuse_unsupported(body, endpoint);
+  if (endpoint == Endpoint::kChatCompletions) parse_tools(body_text, body, r);
 
   // Chat's newer name wins when both are given, as in OpenAI's API.
   const char* max_name = "max_tokens";
@@ -262,9 +350,15 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
                      "implies none), so /v1/chat/completions cannot format the conversation; use /v1/completions "
                      "with a prompt instead.",
                      "messages", "chat_template_missing");
+    const std::string_view tools = request.tools_active() ? std::string_view(request.tools_json) : std::string_view();
+    if (!tools.empty() && !chat_template->jinja)
+      throw ApiError(400,
+                     "This model has no chat template of its own (tokenizer.chat_template), so it cannot be shown "
+                     "tools; send the request without 'tools'.",
+                     "tools", "unsupported_parameter");
     ChatPrompt rendered;
     try {
-      rendered = render_chat_prompt(*chat_template, request.messages, /*add_assistant=*/true);
+      rendered = render_chat_prompt(*chat_template, request.messages, /*add_assistant=*/true, tools);
     } catch (const jinja::TemplateError& e) {
       // A template that does not parse is the model's fault (500); one that fails or
       // refuses on this conversation (raise_exception) answers the client (400).

@@ -22,6 +22,11 @@ namespace ridge::server {
 
 enum class Endpoint { kCompletions, kChatCompletions };
 
+// tool_choice: "none" renders no tools (the model, never shown them, answers in text);
+// "auto" renders them and parses the calls the model makes. "required" and a named
+// function need constrained decoding and are refused (400) until it exists.
+enum class ToolChoice { kNone, kAuto };
+
 // Largest values accepted for list-like fields (OpenAI's own limits where it has them).
 inline constexpr int32_t kMaxChoices = 16;          // n
 inline constexpr int32_t kMaxStopStrings = 16;      // stop
@@ -49,6 +54,14 @@ struct ApiRequest {
   bool logprobs = false;
   int32_t top_logprobs = 0;               // alternatives per token
   bool ignore_eos = false;                // extension: generate past end-of-generation
+  // Chat: the tools, as the JSON text of the array in the client's key order (the
+  // template renders them as jinja2 would); "" when none were given.
+  std::string tools_json;
+  ToolChoice tool_choice = ToolChoice::kNone;  // kAuto by default when tools are given
+  bool parallel_tool_calls = true;             // accepted; the model decides how many it makes
+
+  // The tools the template renders: none unless tool_choice is auto.
+  bool tools_active() const { return tool_choice == ToolChoice::kAuto && !tools_json.empty(); }
 };
 
 // Throws ApiError(400) for malformed JSON, a wrong type, a value out of range or an

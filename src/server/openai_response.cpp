@@ -96,7 +96,8 @@ json usage_json(const Usage& usage) {
           {"completion_tokens_details", {{"reasoning_tokens", 0}}}};
 }
 
-const char* api_finish_reason(FinishReason reason) {
+const char* api_finish_reason(FinishReason reason, bool made_tool_calls) {
+  if (made_tool_calls) return "tool_calls";  // as vLLM: calls made win over how it ended
   return reason == FinishReason::kLength ? "length" : "stop";
 }
 
@@ -143,7 +144,7 @@ json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vec
 }
 
 json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices, const Tokenizer& tokenizer,
-                   const ApiRequest& request) {
+                   const ApiRequest& request, ToolCallSyntax tool_syntax) {
   json out_choices = json::array();
   for (size_t i = 0; i < choices.size(); ++i) {
     const ChoiceResult& c = choices[i];
@@ -153,11 +154,29 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
     if (meta.endpoint == Endpoint::kCompletions)
       out_choices.push_back(
           {{"text", c.text}, {"index", i}, {"logprobs", lp}, {"finish_reason", api_finish_reason(c.finish_reason)}});
-    else
+    else if (tool_syntax == ToolCallSyntax::kNone)
       out_choices.push_back({{"index", i},
                              {"message", {{"role", "assistant"}, {"content", c.text}, {"refusal", nullptr}}},
                              {"logprobs", lp},
                              {"finish_reason", api_finish_reason(c.finish_reason)}});
+    else {
+      ParsedToolOutput parsed = parse_tool_output(c.text);
+      json message = {{"role", "assistant"},
+                      {"content", parsed.content.empty() ? json(nullptr) : json(parsed.content)},
+                      {"refusal", nullptr}};
+      if (!parsed.calls.empty()) {
+        json calls = json::array();
+        for (const ParsedToolCall& call : parsed.calls)
+          calls.push_back({{"id", new_tool_call_id()},
+                           {"type", "function"},
+                           {"function", {{"name", call.name}, {"arguments", call.arguments}}}});
+        message["tool_calls"] = std::move(calls);
+      }
+      out_choices.push_back({{"index", i},
+                             {"message", std::move(message)},
+                             {"logprobs", lp},
+                             {"finish_reason", api_finish_reason(c.finish_reason, !parsed.calls.empty())}});
+    }
   }
   const Usage usage = total_usage(choices);
   json out = {{"id", meta.id},
@@ -196,7 +215,8 @@ json text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& even
   return chunk;
 }
 
-json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage) {
+json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage,
+                  bool made_tool_calls) {
   json chunk = chunk_base(meta);
   if (meta.endpoint == Endpoint::kCompletions)
     chunk["choices"] = json::array(
@@ -205,9 +225,27 @@ json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, 
     chunk["choices"] = json::array({{{"index", index},
                                      {"delta", json::object()},
                                      {"logprobs", nullptr},
-                                     {"finish_reason", api_finish_reason(reason)}}});
+                                     {"finish_reason", api_finish_reason(reason, made_tool_calls)}}});
   if (include_usage) chunk["usage"] = nullptr;
   return chunk;
+}
+
+std::vector<json> tool_call_chunks(const ResponseMeta& meta, int32_t index, int32_t call_index,
+                                   const std::string& call_id, const ParsedToolCall& call, bool include_usage) {
+  auto chunk_with = [&](json tool_call) {
+    json chunk = chunk_base(meta);
+    chunk["choices"] = json::array({{{"index", index},
+                                     {"delta", {{"tool_calls", json::array({std::move(tool_call)})}}},
+                                     {"logprobs", nullptr},
+                                     {"finish_reason", nullptr}}});
+    if (include_usage) chunk["usage"] = nullptr;
+    return chunk;
+  };
+  return {chunk_with({{"index", call_index},
+                      {"id", call_id},
+                      {"type", "function"},
+                      {"function", {{"name", call.name}, {"arguments", ""}}}}),
+          chunk_with({{"index", call_index}, {"function", {{"arguments", call.arguments}}}})};
 }
 
 json usage_chunk(const ResponseMeta& meta, const Usage& usage) {

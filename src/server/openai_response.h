@@ -16,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "server/openai_request.h"
+#include "server/tool_calls.h"
 #include "tokenizer/tokenizer.h"
 
 namespace ridge::server {
@@ -70,8 +71,9 @@ nlohmann::json usage_json(const Usage& usage);
 // names, for this response).
 nlohmann::json speculative_json(SpecMethod method, const Usage& usage);
 
-// "stop" or "length" (cancelled and error requests never reach a response).
-const char* api_finish_reason(FinishReason reason);
+// "stop" or "length" (cancelled and error requests never reach a response); "tool_calls"
+// when the choice made tool calls.
+const char* api_finish_reason(FinishReason reason, bool made_tool_calls = false);
 
 // The logprobs object of a choice or chunk for tokens [begin, end) of these arrays:
 // completions {tokens, token_logprobs, top_logprobs, text_offset} (text_offset counted from
@@ -81,9 +83,11 @@ nlohmann::json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, cons
                              const std::vector<std::vector<TokenLogprob>>& top_logprobs, bool with_top,
                              size_t text_offset_base);
 
-// A whole non-streaming response.
+// A whole non-streaming response. With tool_syntax (chat, tools active), each choice's
+// text is split into message.content (null when empty) and message.tool_calls.
 nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
-                             const Tokenizer& tokenizer, const ApiRequest& request);
+                             const Tokenizer& tokenizer, const ApiRequest& request,
+                             ToolCallSyntax tool_syntax = ToolCallSyntax::kNone);
 
 // Stream chunks. role_chunk opens a chat choice (delta.role); text_chunk carries one
 // event's text (and logprobs); finish_chunk closes a choice with its finish_reason;
@@ -92,7 +96,13 @@ nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceR
 nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage);
 nlohmann::json text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& event,
                           const Tokenizer& tokenizer, const ApiRequest& request, size_t text_offset_base);
-nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage);
+nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage,
+                            bool made_tool_calls = false);
+// A chat tool call streamed as OpenAI streams one: a chunk opening it (delta.tool_calls
+// [{index, id, type, function: {name, arguments: ""}}]) and one with its arguments.
+std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& meta, int32_t index, int32_t call_index,
+                                             const std::string& call_id, const ParsedToolCall& call,
+                                             bool include_usage);
 nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
 
 // "data: <json>\n\n"

@@ -175,6 +175,7 @@ ChatTemplate chat_template_from_jinja(std::string_view source, std::string name,
   } catch (const jinja::TemplateError& e) {
     t.parse_error = e;
   }
+  t.jinja_source = std::string(source);
   t.bos_token = std::move(bos_token);
   t.eos_token = std::move(eos_token);
   t.tokenizer_adds_bos = tokenizer_adds_bos;

@@ -60,6 +60,7 @@ struct ChatTemplate {
   ChatFormat format = ChatFormat::kChatML;  // the fallback, used when `jinja` is null
   std::string default_system;
   std::shared_ptr<const jinja::Template> jinja;  // tokenizer.chat_template, parsed
+  std::string jinja_source;  // its text: what a server reads the tool-call syntax from
   // tokenizer.chat_template did not parse: rendering throws this (a server answers 500).
   std::optional<jinja::TemplateError> parse_error;
   std::string bos_token, eos_token;  // their text, as the template sees them
