@@ -404,7 +404,7 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
   ex->text_offsets.assign(ex->streams.size(), 0);
   if (endpoint == Endpoint::kChatCompletions && ex->request.tools_active() && chat_template)
     ex->tool_syntax = tool_call_syntax(*chat_template);
-  ex->tool_parsers.resize(ex->streams.size());
+  ex->tool_parsers.assign(ex->streams.size(), ToolCallParser(ex->request.tool_names));
   return ex;
 }
 

@@ -198,7 +198,7 @@ void parse_logprobs(const json& body, ApiRequest& r) {
 }
 
 // [{"type": "function", "function": {"name", "description"?, "parameters"?, "strict"?}}]
-void check_tools(const json& tools) {
+void check_tools(const json& tools, std::vector<std::string>& names) {
   if (!tools.is_array()) wrong_type("tools", "an array", tools);
   for (size_t i = 0; i < tools.size(); ++i) {
     const json& tool = tools[i];
@@ -218,6 +218,7 @@ void check_tools(const json& tools) {
       throw ApiError(400, str_cat("Invalid '", name, ".function.name': expected 1 to 64 characters, got ",
                                   fname_text.size(), "."),
                      name + ".function.name", "invalid_value");
+    names.push_back(fname_text);
     if (const json* d = field(*function, "description")) get_string(*d, name + ".function.description");
     if (const json* p = field(*function, "parameters"); p != nullptr && !p->is_object())
       wrong_type(name + ".function.parameters", "an object (a JSON Schema)", *p);
@@ -228,7 +229,7 @@ void check_tools(const json& tools) {
 void parse_tools(std::string_view body_text, const json& body, ApiRequest& r) {
   const json* tools = field(body, "tools");
   if (tools != nullptr) {
-    check_tools(*tools);
+    check_tools(*tools, r.tool_names);
     // The sorted-key json above would reorder each tool's keys; the template must see the
     // client's order, as jinja2 under Hugging Face does, so the text comes from an
     // order-keeping parse of the same body.

@@ -57,6 +57,7 @@ struct ApiRequest {
   // Chat: the tools, as the JSON text of the array in the client's key order (the
   // template renders them as jinja2 would); "" when none were given.
   std::string tools_json;
+  std::vector<std::string> tool_names;         // their function names, in order
   ToolChoice tool_choice = ToolChoice::kNone;  // kAuto by default when tools are given
   bool parallel_tool_calls = true;             // accepted; the model decides how many it makes
 

@@ -160,7 +160,7 @@ json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& ch
                              {"logprobs", lp},
                              {"finish_reason", api_finish_reason(c.finish_reason)}});
     else {
-      ParsedToolOutput parsed = parse_tool_output(c.text);
+      ParsedToolOutput parsed = parse_tool_output(c.text, request.tool_names);
       json message = {{"role", "assistant"},
                       {"content", parsed.content.empty() ? json(nullptr) : json(parsed.content)},
                       {"refusal", nullptr}};

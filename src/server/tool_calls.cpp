@@ -9,7 +9,6 @@ namespace ridge::server {
 namespace {
 
 constexpr std::string_view kOpen = "<tool_call>";
-constexpr std::string_view kClose = "</tool_call>";
 constexpr const char* kSpace = " \t\r\n";
 
 // The length of the longest proper prefix of `tag` that `text` ends with: bytes that may
@@ -43,6 +42,16 @@ bool parse_call(std::string_view body, ParsedToolCall& call) {
 
 }  // namespace
 
+// The block kinds: Hermes' tags, and the Markdown JSON fence Qwen2.5-Coder writes its
+// calls in (llama.cpp's Hermes parser accepts it too); a fence is a call only when it
+// names one of the request's tools, so a JSON answer is not mistaken for one.
+const ToolCallParser::Block ToolCallParser::kBlocks[2] = {
+    {"<tool_call>", "</tool_call>", /*needs_known_name=*/false},
+    {"```json", "```", /*needs_known_name=*/true},
+};
+
+ToolCallParser::ToolCallParser(std::vector<std::string> tool_names) : tool_names_(std::move(tool_names)) {}
+
 ToolCallSyntax tool_call_syntax(const ChatTemplate& tmpl) {
   if (tmpl.jinja != nullptr && tmpl.jinja_source.find(kOpen) != std::string::npos) return ToolCallSyntax::kHermes;
   return ToolCallSyntax::kNone;
@@ -69,8 +78,15 @@ void ToolCallParser::emit_content(std::string_view text, std::vector<ToolCallPie
 }
 
 void ToolCallParser::end_block(std::string_view body, bool closed, std::vector<ToolCallPiece>& out) {
+  const Block& block = *block_;
+  block_ = nullptr;
   ToolCallPiece piece;
-  if (parse_call(body, piece.call)) {
+  auto known = [&] {
+    for (const std::string& name : tool_names_)
+      if (name == piece.call.name) return true;
+    return false;
+  };
+  if (parse_call(body, piece.call) && (!block.needs_known_name || known())) {
     piece.is_call = true;
     out.push_back(std::move(piece));
     ++n_calls_;
@@ -79,34 +95,40 @@ void ToolCallParser::end_block(std::string_view body, bool closed, std::vector<T
   }
   // Not a call: the block is the model's text after all, with the space before it.
   pending_space_ = std::exchange(block_space_, std::string());
-  std::string raw(kOpen);
+  std::string raw(block.open);
   raw += body;
-  if (closed) raw += kClose;
+  if (closed) raw += block.close;
   emit_content(raw, out);
 }
 
 std::vector<ToolCallPiece> ToolCallParser::feed(std::string_view text) {
   std::vector<ToolCallPiece> out;
   pending_ += text;
+  // Fences are looked for only when a call in one could be recognised.
+  const size_t n_kinds = tool_names_.empty() ? 1 : 2;
   for (;;) {
-    if (!inside_) {
-      const size_t open = pending_.find(kOpen);
-      if (open == std::string::npos) {
-        const size_t emit = pending_.size() - partial_tag_suffix(pending_, kOpen);
+    if (block_ == nullptr) {
+      size_t open = std::string::npos;
+      for (size_t k = 0; k < n_kinds; ++k) {
+        const size_t at = pending_.find(kBlocks[k].open);
+        if (at < open) open = at, block_ = &kBlocks[k];
+      }
+      if (block_ == nullptr) {
+        size_t held = 0;
+        for (size_t k = 0; k < n_kinds; ++k) held = std::max(held, partial_tag_suffix(pending_, kBlocks[k].open));
+        const size_t emit = pending_.size() - held;
         emit_content(std::string_view(pending_).substr(0, emit), out);
         pending_.erase(0, emit);
         return out;
       }
       emit_content(std::string_view(pending_).substr(0, open), out);
       block_space_ = std::exchange(pending_space_, std::string());
-      pending_.erase(0, open + kOpen.size());
-      inside_ = true;
+      pending_.erase(0, open + block_->open.size());
     } else {
-      const size_t close = pending_.find(kClose);
+      const size_t close = pending_.find(block_->close);
       if (close == std::string::npos) return out;  // the block is held until it closes
       const std::string body = pending_.substr(0, close);
-      pending_.erase(0, close + kClose.size());
-      inside_ = false;
+      pending_.erase(0, close + block_->close.size());
       end_block(body, /*closed=*/true, out);
     }
   }
@@ -114,12 +136,11 @@ std::vector<ToolCallPiece> ToolCallParser::feed(std::string_view text) {
 
 std::vector<ToolCallPiece> ToolCallParser::finish() {
   std::vector<ToolCallPiece> out;
-  if (inside_)
+  if (block_ != nullptr)
     end_block(pending_, /*closed=*/false, out);
   else
     emit_content(pending_, out);
   pending_.clear();
-  inside_ = false;
   // Trailing whitespace is the model's own when it called nothing; after calls it only
   // separated them.
   if (n_calls_ == 0 && !pending_space_.empty()) {
@@ -132,8 +153,8 @@ std::vector<ToolCallPiece> ToolCallParser::finish() {
   return out;
 }
 
-ParsedToolOutput parse_tool_output(std::string_view text) {
-  ToolCallParser parser;
+ParsedToolOutput parse_tool_output(std::string_view text, std::vector<std::string> tool_names) {
+  ToolCallParser parser(std::move(tool_names));
   ParsedToolOutput result;
   auto take = [&](std::vector<ToolCallPiece> pieces) {
     for (ToolCallPiece& p : pieces) {

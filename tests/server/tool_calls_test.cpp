@@ -33,8 +33,8 @@ std::vector<std::string> flatten(const std::vector<ToolCallPiece>& pieces) {
   return out;
 }
 
-std::vector<ToolCallPiece> run(const std::vector<std::string>& parts) {
-  ToolCallParser parser;
+std::vector<ToolCallPiece> run(const std::vector<std::string>& parts, const std::vector<std::string>& names = {}) {
+  ToolCallParser parser(names);
   std::vector<ToolCallPiece> all;
   for (const std::string& part : parts)
     for (ToolCallPiece& p : parser.feed(part)) all.push_back(std::move(p));
@@ -135,6 +135,35 @@ TEST(ToolCallParser, StreamingSplitAtEveryByteGivesTheSameResult) {
     for (char c : text) bytes.emplace_back(1, c);
     EXPECT_EQ(flatten(run(bytes)), whole) << text;
   }
+}
+
+// Qwen2.5-Coder writes its calls as a Markdown JSON fence instead of <tool_call>.
+const std::string kFencedCall =
+    "```json\n{\n  \"name\": \"get_weather\",\n  \"arguments\": {\n    \"city\": \"Paris\"\n  }\n}\n```";
+
+TEST(ToolCallParser, JsonFenceNamingARequestToolIsACall) {
+  ParsedToolOutput out = parse_tool_output(kFencedCall, {"get_time", "get_weather"});
+  ASSERT_EQ(out.calls.size(), 1u);
+  EXPECT_EQ(out.calls[0].name, "get_weather");
+  EXPECT_EQ(out.calls[0].arguments, R"({"city":"Paris"})");
+  EXPECT_EQ(out.content, "");
+  // A fence naming no tool of the request, a fence of other JSON, or no tool names: content.
+  EXPECT_TRUE(parse_tool_output(kFencedCall, {"get_time"}).calls.empty());
+  EXPECT_EQ(parse_tool_output(kFencedCall, {"get_time"}).content, kFencedCall);
+  EXPECT_EQ(parse_tool_output(kFencedCall).content, kFencedCall);
+  const std::string other = "Here:\n```json\n{\"a\": 1}\n```\nDone.";
+  EXPECT_EQ(parse_tool_output(other, {"get_weather"}).content, other);
+}
+
+TEST(ToolCallParser, JsonFenceStreamedAtEverySplit) {
+  const std::vector<std::string> names = {"get_weather"};
+  for (const std::string& text : {kFencedCall, "Sure.\n" + kFencedCall + "\n", std::string("a ``` b ```json\n[1]\n``` c")}) {
+    const std::vector<std::string> whole = flatten(run({text}, names));
+    for (size_t cut = 0; cut <= text.size(); ++cut)
+      EXPECT_EQ(flatten(run({text.substr(0, cut), text.substr(cut)}, names)), whole) << "cut at " << cut << " of " << text;
+  }
+  EXPECT_EQ(flatten(run({"Sure.\n" + kFencedCall + "\n"}, names)),
+            (std::vector<std::string>{"Sure.", "CALL get_weather {\"city\":\"Paris\"}"}));
 }
 
 TEST(ToolCallParser, HoldsBackOnlyWhatMayBeATag) {
