@@ -81,20 +81,7 @@ inline GemmArgs tokens_from(const GemmArgs& a, int64_t t0) {
 // and block, the A tile's bytes (16 rows, contiguous: loads stream instead of touching
 // 16 scattered rows), the 16 tokens' scales, and any per-token integers the family
 // needs. Per-thread, grown like the panel.
-uint8_t* act_tile_buffer(size_t bytes) {
-  struct Free {
-    void operator()(void* p) const { std::free(p); }
-  };
-  thread_local std::unique_ptr<uint8_t, Free> buffer;
-  thread_local size_t capacity = 0;
-  if (bytes > capacity) {
-    const size_t rounded = (bytes + 4095) / 4096 * 4096;
-    buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
-    if (!buffer) throw Error(str_cat("gemm: cannot allocate ", rounded, " bytes of activation tiles"));
-    capacity = rounded;
-  }
-  return buffer.get();
-}
+uint8_t* act_tile_buffer(size_t bytes) { return thread_buffer<1>(bytes, "activation tiles"); }
 
 // The blocks of one output tile (16 rows x 16 tokens), software-pipelined: the tile
 // work of block b + 1 is issued before the vector work of block b, so the tile unit

@@ -130,9 +130,10 @@ inline void transpose16x16_bytes(__m128i (&x)[16]) {
 }
 
 
-// Per-thread panel buffer, grown (never shrunk) to the largest panel seen; steady-state
-// steps allocate nothing.
-uint8_t* panel_buffer(size_t bytes) {
+// A per-thread buffer, grown (never shrunk) to the largest request seen; steady-state
+// steps allocate nothing. Each kSlot is a buffer of its own; `what` names it in errors.
+template <int kSlot>
+uint8_t* thread_buffer(size_t bytes, const char* what) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
@@ -141,11 +142,13 @@ uint8_t* panel_buffer(size_t bytes) {
   if (bytes > capacity) {
     const size_t rounded = (bytes + 4095) / 4096 * 4096;
     buffer.reset(static_cast<uint8_t*>(std::aligned_alloc(64, rounded)));
-    if (!buffer) throw Error(str_cat("gemm: cannot allocate a ", rounded, "-byte weight panel"));
+    if (!buffer) throw Error(str_cat("gemm: cannot allocate ", rounded, " bytes of ", what));
     capacity = rounded;
   }
   return buffer.get();
 }
+
+uint8_t* panel_buffer(size_t bytes) { return thread_buffer<0>(bytes, "weight panels"); }
 
 // The row-major tiles read 8 rows side by side: 8 short streams the hardware prefetcher
 // does not pick up (one row is often only a few cache lines). The 8 rows after them are
