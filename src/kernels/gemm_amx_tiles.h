@@ -4,9 +4,9 @@
 //
 // The AVX-512 panels already hold 16 weight rows in the layout a tile's second operand
 // wants: one 64-byte vector per 4 consecutive elements, lane r for row r. A tile B of
-// 16 such vectors is 64 elements of 16 rows; tile A is 16 tokens' activation bytes
-// loaded straight from the quantized rows (row stride = the activation stride); C gets
-// the 16 x 16 integer dots. So:
+// 16 such vectors is 64 elements of 16 rows; tile A is 16 tokens' activation bytes, laid
+// out contiguously per 16-token tile (once per matmul, GemmArgs::amx_tiles); C gets the
+// 16 x 16 integer dots. So:
 //
 //  - Q8_0, Q4_0, Q5_0 (one f16 scale per 32 elements): the panel's unsigned bytes are
 //    shifted back to signed values once per panel; per block one TDPBSSD of 32 elements,
@@ -77,16 +77,15 @@ inline GemmArgs tokens_from(const GemmArgs& a, int64_t t0) {
   return rest;
 }
 
-// The batch's activations laid out for the tiles, once per call: for each 16-token tile
-// and block, the A tile's bytes (16 rows, contiguous: loads stream instead of touching
-// 16 scattered rows), the 16 tokens' scales, and any per-token integers the family
-// needs. Per-thread, grown like the panel.
+// The batch's activations laid out for the tiles when the caller did not pass them
+// (GemmArgs::amx_tiles): for each 16-token tile and block, the A tile's bytes (16 rows,
+// contiguous: loads stream instead of touching 16 scattered rows), the 16 tokens'
+// scales, and any per-token integers the family needs. Per-thread, grown like the panel.
 uint8_t* act_tile_buffer(size_t bytes) { return thread_buffer<1>(bytes, "activation tiles"); }
 
 // The blocks of one output tile (16 rows x 16 tokens), software-pipelined: the tile
-// work of block b + 1 is issued before the vector work of block b, so the tile unit
-// computes the next block's dots while the vector unit applies this block's scales.
-// (In lockstep each block waited for its own dots and their store: a third slower.)
+// work of block b + 1 is issued before the vector work of block b, so the tile unit can
+// compute the next block's dots while the vector unit applies this block's scales.
 // issue0/issue1 use disjoint tiles and dot buffers 0/1, alternating;
 // combine(acc, buffer, b) folds block b's dots into the 16 accumulators; they are passed
 // in rather than captured, so they stay in registers (a lambda holding a reference to
