@@ -218,32 +218,38 @@ void quant_scores_of(const QuantizedQuery& query, int64_t r0, int64_t n_rows, in
   }
 }
 
-template <class Block>
-void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride, int64_t count,
-                  float scale, float* scores, int64_t score_stride) {
+// The query rows in chunks that fit a QuantizedQuery: fill(r0, n_rows, query) puts rows
+// r0.. into it (quantized, or loaded as already quantized), then their scores.
+template <class Block, class Fill>
+void quant_scores_chunked(int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride, int64_t count, float scale,
+                          float* scores, int64_t score_stride, Fill fill) {
   assert(d_head % kBlock == 0 && d_head / kBlock <= kQueryBlocks);
   const int64_t n_blocks = d_head / kBlock;
   const int64_t chunk_rows = kQueryBlocks / n_blocks;
   QuantizedQuery query;
   for (int64_t r0 = 0; r0 < n_rep; r0 += chunk_rows) {
     const int64_t n_rows = std::min(chunk_rows, n_rep - r0);
-    quantize_query(q + r0 * d_head, n_rows * n_blocks, query);
+    fill(r0, n_rows * n_blocks, n_blocks, query);
     quant_scores_of(query, r0, n_rows, n_blocks, k, row_stride, count, scale, scores, score_stride);
   }
 }
 
 template <class Block>
+void quant_scores(const float* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride, int64_t count,
+                  float scale, float* scores, int64_t score_stride) {
+  quant_scores_chunked(n_rep, d_head, k, row_stride, count, scale, scores, score_stride,
+                       [&](int64_t r0, int64_t n, int64_t, QuantizedQuery& query) {
+                         quantize_query(q + r0 * d_head, n, query);
+                       });
+}
+
+template <class Block>
 void quant_scores(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const Block* k, int64_t row_stride,
                   int64_t count, float scale, float* scores, int64_t score_stride) {
-  assert(d_head % kBlock == 0 && d_head / kBlock <= kQueryBlocks);
-  const int64_t n_blocks = d_head / kBlock;
-  const int64_t chunk_rows = kQueryBlocks / n_blocks;
-  QuantizedQuery query;
-  for (int64_t r0 = 0; r0 < n_rep; r0 += chunk_rows) {
-    const int64_t n_rows = std::min(chunk_rows, n_rep - r0);
-    load_query(q + r0 * n_blocks, n_rows * n_blocks, query);
-    quant_scores_of(query, r0, n_rows, n_blocks, k, row_stride, count, scale, scores, score_stride);
-  }
+  quant_scores_chunked(n_rep, d_head, k, row_stride, count, scale, scores, score_stride,
+                       [&](int64_t r0, int64_t n, int64_t n_blocks, QuantizedQuery& query) {
+                         load_query(q + r0 * n_blocks, n, query);
+                       });
 }
 
 template <class Block>

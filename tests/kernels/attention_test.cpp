@@ -7,8 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <limits>
-#include <numeric>
 #include <random>
 #include <vector>
 
@@ -21,7 +19,6 @@ namespace {
 using testing::close;
 using testing::random_floats;
 
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 struct Case {
   int64_t n_head = 4, n_kv_head = 2, d_head = 16, block_size = 16;
@@ -33,44 +30,14 @@ struct Case {
   bool recycle = true;  // give blocks wholly outside every window the id -1
 };
 
-// A sequence's dense K/V scattered into a shuffled block pool. Every float the kernel
-// must not read (spare blocks, slots past n_kv, recycled blocks) is NaN, so reading one
-// poisons the output.
-struct PagedSequence {
-  std::vector<float> q, k, v;             // q [n_q][n_head][d_head]; k, v dense [n_kv][n_kv_head][d_head]
-  std::vector<int32_t> q_pos;
-  std::vector<float> k_pool, v_pool;      // [n_blocks][block_size][n_kv_head][d_head]
-  std::vector<int32_t> table;
-  int64_t n_blocks = 0;
-};
+// A sequence's dense K/V scattered into a shuffled block pool (testing::make_paged_kv,
+// with exact f32 values and 3 spare blocks).
+using PagedSequence = testing::PagedKv;
 
 PagedSequence make_sequence(const Case& c, uint32_t seed) {
-  PagedSequence s;
-  const int64_t row = c.n_kv_head * c.d_head;
-  s.q = random_floats(c.n_q * c.n_head * c.d_head, seed);
-  s.k = random_floats(c.n_kv * row, seed + 1);
-  s.v = random_floats(c.n_kv * row, seed + 2);
-  for (int64_t t = 0; t < c.n_q; ++t) s.q_pos.push_back(static_cast<int32_t>(c.n_kv - c.n_q + t));
-
-  const int64_t n_logical = (c.n_kv + c.block_size - 1) / c.block_size;
-  s.n_blocks = n_logical + 3;
-  std::vector<int32_t> ids(static_cast<size_t>(s.n_blocks));
-  std::iota(ids.begin(), ids.end(), 0);
-  std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
-  s.k_pool.assign(s.n_blocks * c.block_size * row, kNaN);
-  s.v_pool.assign(s.k_pool.size(), kNaN);
-  const int64_t first_visible = c.window > 0 ? std::max<int64_t>(0, s.q_pos[0] - c.window + 1) : 0;
-  for (int64_t b = 0; b < n_logical; ++b) {
-    const bool recycled = c.recycle && (b + 1) * c.block_size <= first_visible;
-    s.table.push_back(recycled ? -1 : ids[b]);
-    if (recycled) continue;
-    for (int64_t slot = 0; slot < c.block_size && b * c.block_size + slot < c.n_kv; ++slot) {
-      const int64_t j = b * c.block_size + slot;
-      std::copy_n(s.k.begin() + j * row, row, s.k_pool.begin() + (ids[b] * c.block_size + slot) * row);
-      std::copy_n(s.v.begin() + j * row, row, s.v_pool.begin() + (ids[b] * c.block_size + slot) * row);
-    }
-  }
-  return s;
+  const testing::PagedKvShape shape{c.n_head, c.n_kv_head, c.d_head, c.block_size, c.n_kv,
+                                    c.n_q,    c.window,    3,        c.recycle};
+  return testing::make_paged_kv(shape, seed, [](float x) { return x; });
 }
 
 AttentionParams params_of(const Case& c) {

@@ -55,6 +55,8 @@ namespace ridge::kernels::testing {
 struct PagedKvShape {
   int64_t n_head = 4, n_kv_head = 2, d_head = 16, block_size = 16;
   int64_t n_kv = 37, n_q = 1, window = 0;
+  int64_t spare_blocks = 2;  // NaN blocks in the pool past the sequence's own
+  bool recycle = true;       // give blocks wholly outside every window the id -1
 };
 
 struct PagedKv {
@@ -76,7 +78,7 @@ PagedKv make_paged_kv(const PagedKvShape& c, uint32_t seed, Round round) {
   for (float& x : s.v) x = round(x);
   for (int64_t t = 0; t < c.n_q; ++t) s.q_pos.push_back(static_cast<int32_t>(c.n_kv - c.n_q + t));
   const int64_t n_logical = (c.n_kv + c.block_size - 1) / c.block_size;
-  s.n_blocks = n_logical + 2;
+  s.n_blocks = n_logical + c.spare_blocks;
   std::vector<int32_t> ids(static_cast<size_t>(s.n_blocks));
   std::iota(ids.begin(), ids.end(), 0);
   std::shuffle(ids.begin(), ids.end(), std::mt19937(seed));
@@ -84,7 +86,7 @@ PagedKv make_paged_kv(const PagedKvShape& c, uint32_t seed, Round round) {
   s.v_pool.assign(s.k_pool.size(), std::numeric_limits<float>::quiet_NaN());
   const int64_t first_visible = c.window > 0 ? std::max<int64_t>(0, s.q_pos[0] - c.window + 1) : 0;
   for (int64_t b = 0; b < n_logical; ++b) {
-    const bool recycled = (b + 1) * c.block_size <= first_visible;
+    const bool recycled = c.recycle && (b + 1) * c.block_size <= first_visible;
     s.table.push_back(recycled ? -1 : ids[b]);
     if (recycled) continue;
     for (int64_t slot = 0; slot < c.block_size && b * c.block_size + slot < c.n_kv; ++slot) {
