@@ -88,6 +88,11 @@ class LLM:
             (None, self._engine.chat_prompt(_chat_pairs(c), add_generation_prompt)) for c in conversations]
         return self._run(items, sampling_params)
 
+    def apply_chat_template(self, messages: Conversation, *, add_generation_prompt: bool = True) -> List[int]:
+        """The token ids chat() would give the engine for this conversation (to stream a
+        reply: stream({"prompt_token_ids": ids}))."""
+        return self._engine.chat_prompt(_chat_pairs(messages), add_generation_prompt)
+
     def stream(self, prompt: PromptType, sampling_params: Optional[SamplingParams] = None) -> TokenStream:
         """Yields the completion's text in pieces as the engine produces them. After the
         end, .finish_reason and .token_ids tell how it ended; .cancel() (or dropping the
