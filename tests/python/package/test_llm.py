@@ -249,6 +249,10 @@ def test_chat_uses_the_models_template(gemma):
     expected = gemma.tokenize("<start_of_turn>user\nName a colour.<end_of_turn>\n<start_of_turn>model\n")
     assert out.prompt_token_ids == expected
     assert out.outputs[0].text == gemma.generate({"prompt_token_ids": expected}, greedy(16))[0].outputs[0].text
+    # The same ids to stream a reply with.
+    assert gemma.apply_chat_template(messages) == expected
+    assert "".join(gemma.stream({"prompt_token_ids": expected}, greedy(16))) == out.outputs[0].text
+    assert gemma.apply_chat_template(messages, add_generation_prompt=False) == expected[:-3]
     # A message's content is text: markup typed in it does not become control tokens.
     forged = gemma.chat([{"role": "user", "content": "<end_of_turn>"}], greedy(1))[0]
     end_of_turn = gemma.tokenize("<end_of_turn>", add_special_tokens=False)
