@@ -259,5 +259,5 @@ def app_builder(args: Dict[str, str]) -> serve.Application:
         try:
             kwargs[key] = kinds[key](value)
         except ValueError:
-            raise ValueError(f"ridge.serve: {key}={value!r} is not a {kinds[key].__name__}") from None
+            raise ValueError(f"ridge.serve: {key}={value!r} is not of type {kinds[key].__name__}") from None
     return build_app(args["model"], **kwargs)

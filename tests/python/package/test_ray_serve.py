@@ -20,6 +20,7 @@ openai = pytest.importorskip("openai")
 from ray import serve  # noqa: E402
 
 from ridge.serve import build_app  # noqa: E402
+from ridge.serve.affinity import PrefixAffinity  # noqa: E402
 
 MODEL = "gemma3-270m"
 SHARED = ("You are the assistant of a small bakery. You answer questions about bread, opening hours and "
@@ -64,6 +65,27 @@ def unique_prompt():
     return f"{uuid.uuid4().hex} is a code; say it back"
 
 
+def replica_ids(client):
+    """Both replicas' ids, from the replicas that answer prompts sharing nothing."""
+    seen = set()
+    for _ in range(40):
+        seen.add(complete(client, unique_prompt())[0]["x-ridge-replica"])
+        if len(seen) == 2:
+            return sorted(seen)
+    pytest.fail("40 unrelated prompts all went to one replica")
+
+
+def prompts_on(replicas, target, count):
+    """Fresh prompts that the router's rendezvous hashing sends to `target` (prompts this
+    short are one routing key, and a fresh prompt has no owner yet)."""
+    out = []
+    while len(out) < count:
+        p = unique_prompt()
+        if PrefixAffinity.rendezvous(PrefixAffinity().prefix_keys(p)[0], replicas)[0] == target:
+            out.append(p)
+    return out
+
+
 def test_openai_client_gets_answers(client):
     assert [m.id for m in client.models.list().data] == [MODEL]
 
@@ -106,14 +128,15 @@ def test_repeated_prefix_goes_to_the_replica_that_cached_it(client):
     owner = headers["x-ridge-replica"]
     owner_hits = int(headers["x-ridge-prefix-cache-hits"])
 
-    def on_other():  # a prompt sharing nothing lands on the other replica sooner or later
-        for _ in range(40):
-            h, _ = complete(client, unique_prompt())
-            if h["x-ridge-replica"] != owner:
-                return h["x-ridge-replica"], int(h["x-ridge-prefix-cache-hits"])
-        pytest.fail("40 unrelated prompts all went to one replica")
+    ids = replica_ids(client)
+    other = (set(ids) - {owner}).pop()
 
-    other, other_hits = on_other()
+    def other_hits():  # the other replica's counter, read through a fresh prompt routed to it
+        h, _ = complete(client, prompts_on(ids, other, 1)[0])
+        assert h["x-ridge-replica"] == other
+        return int(h["x-ridge-prefix-cache-hits"])
+
+    before = other_hits()
     for question in ["Do you sell rye bread?", "How much is a baguette?", "Are you open on Sunday?"]:
         h, out = complete(client, SHARED + question)
         assert h["x-ridge-replica"] == owner
@@ -126,8 +149,7 @@ def test_repeated_prefix_goes_to_the_replica_that_cached_it(client):
         for q in ["Hello!", "Do you bake cakes?", "Thanks."]]
     assert len({c.headers["x-ridge-replica"] for c in chats}) == 1
     assert chats[-1].parse().usage.prompt_tokens_details.cached_tokens >= 32
-    again, hits = on_other()
-    assert again == other and hits == other_hits  # none of the shared-prefix requests touched it
+    assert other_hits() == before  # none of the shared-prefix requests touched it
 
 
 def test_draining_a_replica_fails_no_request(client, gemma_path):
@@ -135,10 +157,13 @@ def test_draining_a_replica_fails_no_request(client, gemma_path):
     results, errors, ends = {}, [], {}
     started = threading.Barrier(9)
 
+    ids = replica_ids(client)
+    prompts = prompts_on(ids, ids[0], 4) + prompts_on(ids, ids[1], 4)  # 4 streams on each replica
+
     def stream(i):
         try:
             replica, text, usage = None, [], None
-            chunks = client.completions.create(model=MODEL, prompt=f"{unique_prompt()} story {i}:", max_tokens=max_tokens,
+            chunks = client.completions.create(model=MODEL, prompt=prompts[i], max_tokens=max_tokens,
                                                temperature=0.8, seed=i, stream=True,
                                                stream_options={"include_usage": True}, extra_body={"ignore_eos": True})
             for n, chunk in enumerate(chunks):
@@ -164,8 +189,9 @@ def test_draining_a_replica_fails_no_request(client, gemma_path):
     assert not errors
     assert sorted(results) == list(range(8))
     assert all(n == max_tokens for _, n in results.values())
+    assert [r for r, _ in results.values()].count(f"ridge-{ids[0]}") == 4
     replicas = {r for r, _ in results.values()}
-    assert len(replicas) == 2, "the streams should have run on both replicas"
+    assert replicas == {f"ridge-{i}" for i in ids}
 
     for _ in range(120):  # the drained replica stops once its streams are done
         status = serve.status().applications["ridge"].deployments["LLMServer"]
