@@ -159,7 +159,8 @@ def test_draining_a_replica_fails_no_request(client, gemma_path):
     started = threading.Barrier(9)
 
     ids = replica_ids(client)
-    prompts = prompts_on(ids, ids[0], 4) + prompts_on(ids, ids[1], 4)  # 4 streams on each replica
+    # 4 streams on each replica, sent alternately so that the loads stay even (no spill)
+    prompts = [p for pair in zip(prompts_on(ids, ids[0], 4), prompts_on(ids, ids[1], 4)) for p in pair]
 
     def stream(i):
         try:
