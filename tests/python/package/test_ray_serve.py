@@ -6,10 +6,14 @@ removed, and every stream still ends with all its tokens."""
 
 from __future__ import annotations
 
+import json
 import socket
 import threading
 import time
 import uuid
+
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -121,6 +125,10 @@ def test_openai_client_gets_answers(client):
         client.chat.completions.create(model=MODEL, messages=[{"role": "robot", "content": "x"}], stream=True)
     with pytest.raises(openai.NotFoundError, match="does not exist"):
         client.completions.create(model="gpt-4", prompt="x")
+    with pytest.raises(urllib.error.HTTPError) as bad:
+        urllib.request.urlopen(urllib.request.Request(f"{client.base_url}completions", data=b"{not json",
+                                                      headers={"Content-Type": "application/json"}), timeout=60)
+    assert bad.value.code == 400 and json.loads(bad.value.read())["error"]["code"] == "invalid_json"
 
 
 def test_repeated_prefix_goes_to_the_replica_that_cached_it(client):
