@@ -286,7 +286,10 @@ void Engine::Impl::step() {
       verify(r, rows, c.n_draft);
       continue;
     }
-    const int32_t token = r.sampler.sample(std::span<float>(rows, static_cast<size_t>(n_vocab)), r.tokens);
+    const std::span<float> row(rows, static_cast<size_t>(n_vocab));
+    if (r.grammar && !constrain(r, r.grammar->state(), row)) continue;
+    const int32_t token = r.sampler.sample(row, r.tokens);
+    if (r.grammar && !advance_grammar(r, token)) continue;
     r.tokens.push_back(token);
     r.step_logprobs.clear();
     r.step_top_logprobs.clear();
@@ -297,6 +300,18 @@ void Engine::Impl::step() {
     }
     emit(r, 1);
   }
+}
+
+bool Engine::Impl::constrain(Request& r, int32_t state, std::span<float> row) {
+  if (r.grammar->apply_mask(state, row) > 0) return true;
+  end(r, FinishReason::kError, "grammar: no token of the vocabulary can continue the output here");
+  return false;
+}
+
+bool Engine::Impl::advance_grammar(Request& r, int32_t token) {
+  if (r.grammar->accept(token)) return true;
+  end(r, FinishReason::kError, str_cat("grammar: the sampled token ", token, " does not continue the output"));
+  return false;
 }
 
 void Engine::Impl::deliver_rows(int32_t first, int32_t n, const float* rows) {
@@ -526,8 +541,16 @@ std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) {
     throw EngineError(400, err.what());
   }
   const int32_t draft_max = options.speculative.method == SpecMethod::kNone ? 0 : options.speculative.draft_max;
-  return std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
-                                   tokenizer, next_id.fetch_add(1), draft_max);
+  std::shared_ptr<const grammar::Grammar> constraint = std::move(params.grammar);
+  auto request = std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
+                                           tokenizer, next_id.fetch_add(1), draft_max);
+  if (constraint) {
+    std::call_once(token_trie_once, [&] {
+      token_trie = std::make_shared<const grammar::TokenTrie>(grammar::TokenTrie::from_tokenizer(tokenizer));
+    });
+    request->grammar = std::make_unique<grammar::GrammarMatcher>(std::move(constraint), token_trie);
+  }
+  return request;
 }
 
 void Engine::Impl::queue(std::vector<std::unique_ptr<Request>>& requests) {

@@ -43,17 +43,27 @@ const std::set<std::string> kKeywords = {"type", "properties", "required", "addi
 
 class Converter {
  public:
-  explicit Converter(ojson root) : root_(std::move(root)) {}
-
-  std::string run() {
-    const std::string top = visit(root_, "#", "root-value");
-    out_ = str_cat("root ::= ", top, "\n", out_);
-    return out_;
+  explicit Converter(const std::vector<NamedSchema>& schemas) {
+    for (const NamedSchema& s : schemas) names_.insert(s.rule);
   }
 
+  void add(const NamedSchema& s) {
+    try {
+      root_ = ojson::parse(s.schema);
+    } catch (const ojson::exception& e) {
+      throw SchemaError(str_cat("json schema: ", s.label, s.label.empty() ? "" : ": ", "not valid JSON: ", e.what()));
+    }
+    label_ = s.label;
+    refs_.clear();
+    const std::string top = visit(root_, "#", s.rule + "-value");
+    out_ += str_cat(s.rule, " ::= ", top, "\n");
+  }
+
+  const std::string& text() const { return out_; }
+
  private:
-  [[noreturn]] static void fail(const std::string& path, const std::string& what) {
-    throw SchemaError(str_cat("json schema: ", path, ": ", what));
+  [[noreturn]] void fail(const std::string& path, const std::string& what) const {
+    throw SchemaError(str_cat("json schema: ", label_, path, ": ", what));
   }
 
   std::string primitive(const std::string& name) {
@@ -82,7 +92,7 @@ class Converter {
 
   std::string literal(const ojson& value) { return str_cat(gbnf_literal(value.dump()), " ", primitive("space")); }
 
-  static int64_t count(const ojson& s, const char* key, const std::string& path) {
+  int64_t count(const ojson& s, const char* key, const std::string& path) {
     const ojson& v = s[key];
     if (!v.is_number_integer() || v.get<int64_t>() < 0) fail(str_cat(path, "/", key), "expected a non-negative integer");
     if (v.get<int64_t>() > 10000) fail(str_cat(path, "/", key), "values above 10000 are not supported");
@@ -252,6 +262,7 @@ class Converter {
   }
 
   ojson root_;
+  std::string label_;
   std::string out_;
   std::set<std::string> names_, emitted_primitives_;
   std::map<std::string, std::string> refs_;
@@ -259,14 +270,14 @@ class Converter {
 
 }  // namespace
 
+std::string json_schema_rules(const std::vector<NamedSchema>& schemas) {
+  Converter c(schemas);
+  for (const NamedSchema& s : schemas) c.add(s);
+  return c.text();
+}
+
 std::string json_schema_to_gbnf(std::string_view schema) {
-  ojson root;
-  try {
-    root = ojson::parse(schema);
-  } catch (const ojson::exception& e) {
-    throw SchemaError(str_cat("json schema: not valid JSON: ", e.what()));
-  }
-  return Converter(std::move(root)).run();
+  return json_schema_rules({NamedSchema{"root", std::string(schema), ""}});
 }
 
 std::string json_object_gbnf() {

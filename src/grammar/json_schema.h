@@ -22,6 +22,7 @@
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "core/error.h"
 
@@ -34,6 +35,17 @@ class SchemaError : public Error {
 
 // schema: the JSON text of the schema (object key order is kept). Throws SchemaError.
 std::string json_schema_to_gbnf(std::string_view schema);
+
+// Several schemas in one grammar (a tool call's arguments, one per tool): rule `rule` matches
+// the instances of `schema`; helper rules are shared, never named `rule` of another entry
+// and never contain '_' (free for the caller's own rules). No root rule is added. label
+// prefixes the paths in errors ("tools[1].function.parameters#/properties/x/format").
+struct NamedSchema {
+  std::string rule;
+  std::string schema;
+  std::string label;
+};
+std::string json_schema_rules(const std::vector<NamedSchema>& schemas);
 
 // Any JSON object (whitespace bounded as above).
 std::string json_object_gbnf();
