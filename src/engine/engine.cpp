@@ -302,15 +302,24 @@ void Engine::Impl::step() {
   }
 }
 
+// A grammar that fails here (too ambiguous to match) ends its own request, not the step.
 bool Engine::Impl::constrain(Request& r, int32_t state, std::span<float> row) {
-  if (r.grammar->apply_mask(state, row) > 0) return true;
-  end(r, FinishReason::kError, "grammar: no token of the vocabulary can continue the output here");
+  try {
+    if (r.grammar->apply_mask(state, row) > 0) return true;
+    end(r, FinishReason::kError, "grammar: no token of the vocabulary can continue the output here");
+  } catch (const std::exception& e) {
+    end(r, FinishReason::kError, e.what());
+  }
   return false;
 }
 
 bool Engine::Impl::advance_grammar(Request& r, int32_t token) {
-  if (r.grammar->accept(token)) return true;
-  end(r, FinishReason::kError, str_cat("grammar: the sampled token ", token, " does not continue the output"));
+  try {
+    if (r.grammar->accept(token)) return true;
+    end(r, FinishReason::kError, str_cat("grammar: the sampled token ", token, " does not continue the output"));
+  } catch (const std::exception& e) {
+    end(r, FinishReason::kError, e.what());
+  }
   return false;
 }
 

@@ -119,8 +119,13 @@ void Engine::Impl::propose_drafts() {
     if (r.grammar && !r.drafts.empty()) {
       int32_t state = r.grammar->state();
       size_t keep = 0;
-      while (keep < r.drafts.size() && (state = r.grammar->next_state(state, r.drafts[keep])) != grammar::Automaton::kDead)
-        ++keep;
+      try {
+        while (keep < r.drafts.size() &&
+               (state = r.grammar->next_state(state, r.drafts[keep])) != grammar::Automaton::kDead)
+          ++keep;
+      } catch (const std::exception&) {
+        keep = 0;  // verification's mask meets the same error and ends the request
+      }
       r.drafts.resize(keep);
     }
     if (r.drafts.empty()) continue;
@@ -167,7 +172,7 @@ void Engine::Impl::verify(Request& r, float* rows, int32_t n_draft) {
   grammar_states.clear();
   if (r.grammar) {
     grammar_states.push_back(r.grammar->state());
-    for (int32_t i = 0; i < n_draft; ++i)
+    for (int32_t i = 0; i < n_draft; ++i)  // walked by propose_drafts already: no new states
       grammar_states.push_back(r.grammar->next_state(grammar_states.back(), drafted[static_cast<size_t>(i)]));
     for (int32_t i = 0; i <= n_draft; ++i)
       if (!constrain(r, grammar_states[static_cast<size_t>(i)], row(i))) return;  // ended

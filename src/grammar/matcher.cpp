@@ -13,6 +13,9 @@ namespace ridge::grammar {
 namespace {
 
 constexpr size_t kMaxCachedMasks = 256;  // per request: 256 * n_vocab / 8 bytes at most
+// Stacks in one state at most: an ambiguous grammar ((a | a)* ...) would otherwise grow them
+// without bound and stall the engine's step.
+constexpr size_t kMaxStacks = 4096;
 
 }  // namespace
 
@@ -116,6 +119,9 @@ int32_t Automaton::intern(std::vector<int32_t>& stacks) {
   std::sort(stacks.begin(), stacks.end());
   stacks.erase(std::unique(stacks.begin(), stacks.end()), stacks.end());
   if (stacks.empty()) return kDead;
+  if (stacks.size() > kMaxStacks)
+    throw GrammarError(str_cat("grammar: too ambiguous to match (over ", kMaxStacks,
+                               " ways to parse the text so far); make its alternatives distinct"));
   auto [it, inserted] = state_ids_.emplace(stacks, static_cast<int32_t>(stacks_.size()));
   if (inserted) {
     stacks_.push_back(stacks);

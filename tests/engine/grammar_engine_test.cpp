@@ -81,6 +81,29 @@ TEST(GrammarEngine, ACompleteSentenceEndsGeneration) {
   EXPECT_TRUE(out.text == " there was a cat." || out.text == " there was a dog.") << out.text;
 }
 
+TEST(GrammarEngine, AGrammarThatFailsEndsOnlyItsOwnRequest) {
+  auto& m = stories();
+  Engine engine(*m.model, *m.tokenizer, {.parallel = 2, .max_batch_tokens = 64, .n_ctx = 128});
+  engine.start();
+  RequestParams bad;
+  bad.prompt = m.tokenizer->encode("Once upon a time");
+  bad.max_tokens = 60;
+  bad.sampling.temperature = 0;
+  bad.grammar = compile(R"(root ::= [a-z ,] root "y" | [a-z ,] root "z" | "")");  // 2^n parses after n bytes
+  RequestParams good = bad;
+  good.grammar = nullptr;
+  std::vector<RequestParams> batch;
+  batch.push_back(std::move(bad));
+  batch.push_back(std::move(good));
+  std::vector<std::shared_ptr<RequestStream>> streams = engine.submit(std::move(batch));
+  const Output failed = collect(*streams[0]);
+  EXPECT_EQ(failed.reason, FinishReason::kError);
+  EXPECT_NE(failed.error.find("too ambiguous"), std::string::npos) << failed.error;
+  const Output fine = collect(*streams[1]);
+  EXPECT_EQ(fine.reason, FinishReason::kLength);
+  EXPECT_EQ(fine.completion_tokens, 60);
+}
+
 // Qwen2.5-Coder 0.5B asked to repeat a JSON object (n-gram lookup drafts most of it), under
 // a JSON Schema grammar; and as its own draft model (unconstrained drafts the grammar cuts).
 void expect_speculation_keeps_constrained_output(SpecMethod method) {

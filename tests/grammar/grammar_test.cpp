@@ -135,6 +135,17 @@ TEST(GbnfErrors, LeftRecursionIsRefusedNamingTheCycle) {
   EXPECT_NE(error_of("root ::= a\na ::= b a \"x\" | \"y\"\nb ::= \"z\"?").find("left-recursive"), std::string::npos);
 }
 
+TEST(GbnfErrors, AGrammarTooAmbiguousToMatchIsAnErrorNotAStall) {
+  // After n characters, 2^n ways to close them: distinct stacks, refused past a bound.
+  Automaton a(std::make_shared<const Grammar>(parse_gbnf("root ::= [a-z] root \"y\" | [a-z] root \"z\" | \"\"")));
+  try {
+    a.step(a.start(), std::string(20, 'q'));
+    ADD_FAILURE() << "no error";
+  } catch (const GrammarError& e) {
+    EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Gbnf, LiteralHelperRoundTrips) {
   const std::string text = "a\"b\\c\nd\x01" "é";
   EXPECT_TRUE(accepts("root ::= " + gbnf_literal(text), text));
