@@ -8,6 +8,7 @@
 #include <cassert>
 #include <cstdio>
 #include <exception>
+#include <future>
 
 #include "engine/engine_impl.h"
 
@@ -141,6 +142,7 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* 
   batch.hidden_rows.reserve(static_cast<size_t>(sizing.max_step_tokens));
   hidden_targets.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.sequences.reserve(static_cast<size_t>(o.parallel));
+  mask_jobs.reserve(static_cast<size_t>(o.parallel));
   logits.resize(static_cast<size_t>(logit_rows) * static_cast<size_t>(n_vocab));
 
   counters.latency_buckets = kLatencyBuckets;
@@ -232,6 +234,26 @@ void Engine::Impl::step() {
     if (c.needs_logits)
       for (int32_t i = 0; i <= c.n_draft; ++i) row_targets.push_back({&r, -1, sampling_rows++});
   }
+  // Masks the step's constrained rows will need and have not cached: computed on a helper
+  // thread while the forward pass runs (the matchers are not touched by the pass), so a new
+  // grammar state does not add its trie walk to the step.
+  mask_jobs.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request& r = static_cast<Request&>(*c.sequence);
+    if (c.needs_logits && r.grammar && !r.grammar->mask_cached(r.grammar->state()))
+      mask_jobs.push_back(r.grammar.get());
+  }
+  std::future<void> masks;
+  if (!mask_jobs.empty())
+    masks = std::async(std::launch::async, [this] {
+      for (grammar::GrammarMatcher* m : mask_jobs) {
+        try {
+          m->mask(m->state());
+        } catch (const std::exception&) {
+          // constrain() meets the same error on the engine thread and ends the request
+        }
+      }
+    });
   const Clock::time_point start = Clock::now();
   try {
     LogitSink sink = scoring ? LogitSink{score_logits.data(), kScoreSliceRows,
@@ -243,7 +265,9 @@ void Engine::Impl::step() {
     if (batch.n_hidden_rows() > 0)
       sink.on_hidden = [this](int32_t n, const float* rows) { deliver_hidden(n, rows); };
     model.forward(batch, *cache, sink);
+    if (masks.valid()) masks.wait();
   } catch (const std::exception& e) {
+    if (masks.valid()) masks.wait();
     // forward validates before computing, so the cache is unchanged: fail this batch only.
     for (const ScheduledChunk& c : plan.chunks) {
       end(static_cast<Request&>(*c.sequence), FinishReason::kError, str_cat("forward: ", e.what()));

@@ -108,6 +108,7 @@ struct Engine::Impl {
   };
   std::vector<RowTarget> row_targets;
   std::vector<RowTarget> hidden_targets;  // what each of the step's hidden rows is for
+  std::vector<grammar::GrammarMatcher*> mask_jobs;  // masks computed during the step's forward
 
   // Speculative decoding, engine thread only.
   StepCostModel step_costs;         // measured target step seconds by tokens

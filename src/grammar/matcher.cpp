@@ -206,10 +206,10 @@ void GrammarMatcher::compute_mask(int32_t state, TokenMask& out) {
 
 const TokenMask& GrammarMatcher::mask(int32_t state) {
   if (auto it = cache_.find(state); it != cache_.end()) return it->second;
+  TokenMask m;
+  compute_mask(state, m);  // may throw (too ambiguous): nothing half-computed is cached
   if (cache_.size() >= kMaxCachedMasks) cache_.clear();
-  TokenMask& m = cache_[state];
-  compute_mask(state, m);
-  return m;
+  return cache_.emplace(state, std::move(m)).first->second;
 }
 
 int32_t GrammarMatcher::apply_mask(int32_t state, std::span<float> logits) {

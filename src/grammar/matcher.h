@@ -131,6 +131,7 @@ class GrammarMatcher {
 
   // The tokens allowed from `state`; the reference stays valid until the next mask() call.
   const TokenMask& mask(int32_t state);
+  bool mask_cached(int32_t state) const { return cache_.count(state) != 0; }
   // Sets the logits of tokens the mask refuses to -inf; returns how many tokens remain.
   // logits may be longer than the vocabulary (padded output rows): the rest is refused too.
   int32_t apply_mask(int32_t state, std::span<float> logits);
@@ -144,7 +145,6 @@ class GrammarMatcher {
   std::shared_ptr<const TokenTrie> trie_;
   int32_t state_ = 0;
   std::unordered_map<int32_t, TokenMask> cache_;  // per state, bounded by kMaxCachedMasks
-  TokenMask uncached_;
   std::vector<int32_t> walk_;  // [max_depth + 1] states along the trie path
 };
 
