@@ -4,6 +4,7 @@
 // token the output without speculation.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,10 +76,20 @@ TEST(GrammarEngine, ACompleteSentenceEndsGeneration) {
   p.prompt = m.tokenizer->encode("Once upon a time");
   p.max_tokens = 50;
   p.sampling.temperature = 0;
+  p.sampling.logprobs = true;
+  p.sampling.n_logprobs = 5;
   p.grammar = compile(R"(root ::= " there was a " ("cat" | "dog") ".")");
   const Output out = collect(*engine.submit(std::move(p)));
   EXPECT_EQ(out.reason, FinishReason::kStop);
   EXPECT_TRUE(out.text == " there was a cat." || out.text == " there was a dog.") << out.text;
+  // Refused tokens are no alternatives: every reported logprob is finite, fewer than 5 where
+  // the grammar allows fewer tokens.
+  bool fewer = false;
+  for (const std::vector<TokenLogprob>& top : out.top_logprobs) {
+    fewer = fewer || top.size() < 5;
+    for (const TokenLogprob& t : top) EXPECT_TRUE(std::isfinite(t.logprob)) << t.token;
+  }
+  EXPECT_TRUE(fewer);
 }
 
 TEST(GrammarEngine, AGrammarThatFailsEndsOnlyItsOwnRequest) {
