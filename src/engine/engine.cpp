@@ -8,6 +8,7 @@
 #include <cassert>
 #include <cstdio>
 #include <exception>
+#include <future>
 
 #include "engine/engine_impl.h"
 
@@ -141,6 +142,7 @@ Engine::Impl::Impl(Model& m, const Tokenizer& t, const EngineOptions& o, Model* 
   batch.hidden_rows.reserve(static_cast<size_t>(sizing.max_step_tokens));
   hidden_targets.reserve(static_cast<size_t>(sizing.max_step_tokens));
   batch.sequences.reserve(static_cast<size_t>(o.parallel));
+  mask_jobs.reserve(static_cast<size_t>(o.parallel));
   logits.resize(static_cast<size_t>(logit_rows) * static_cast<size_t>(n_vocab));
 
   counters.latency_buckets = kLatencyBuckets;
@@ -232,6 +234,26 @@ void Engine::Impl::step() {
     if (c.needs_logits)
       for (int32_t i = 0; i <= c.n_draft; ++i) row_targets.push_back({&r, -1, sampling_rows++});
   }
+  // Masks the step's constrained rows will need and have not cached: computed on a helper
+  // thread while the forward pass runs (the matchers are not touched by the pass), so a new
+  // grammar state does not add its trie walk to the step.
+  mask_jobs.clear();
+  for (const ScheduledChunk& c : plan.chunks) {
+    Request& r = static_cast<Request&>(*c.sequence);
+    if (c.needs_logits && r.grammar && !r.grammar->mask_cached(r.grammar->state()))
+      mask_jobs.push_back(r.grammar.get());
+  }
+  std::future<void> masks;
+  if (!mask_jobs.empty())
+    masks = std::async(std::launch::async, [this] {
+      for (grammar::GrammarMatcher* m : mask_jobs) {
+        try {
+          m->mask(m->state());
+        } catch (const std::exception&) {
+          // constrain() meets the same error on the engine thread and ends the request
+        }
+      }
+    });
   const Clock::time_point start = Clock::now();
   try {
     LogitSink sink = scoring ? LogitSink{score_logits.data(), kScoreSliceRows,
@@ -243,7 +265,9 @@ void Engine::Impl::step() {
     if (batch.n_hidden_rows() > 0)
       sink.on_hidden = [this](int32_t n, const float* rows) { deliver_hidden(n, rows); };
     model.forward(batch, *cache, sink);
+    if (masks.valid()) masks.wait();
   } catch (const std::exception& e) {
+    if (masks.valid()) masks.wait();
     // forward validates before computing, so the cache is unchanged: fail this batch only.
     for (const ScheduledChunk& c : plan.chunks) {
       end(static_cast<Request&>(*c.sequence), FinishReason::kError, str_cat("forward: ", e.what()));
@@ -286,7 +310,10 @@ void Engine::Impl::step() {
       verify(r, rows, c.n_draft);
       continue;
     }
-    const int32_t token = r.sampler.sample(std::span<float>(rows, static_cast<size_t>(n_vocab)), r.tokens);
+    const std::span<float> row(rows, static_cast<size_t>(n_vocab));
+    if (r.grammar && !constrain(r, r.grammar->state(), row)) continue;
+    const int32_t token = r.sampler.sample(row, r.tokens);
+    if (r.grammar && !advance_grammar(r, token)) continue;
     r.tokens.push_back(token);
     r.step_logprobs.clear();
     r.step_top_logprobs.clear();
@@ -297,6 +324,27 @@ void Engine::Impl::step() {
     }
     emit(r, 1);
   }
+}
+
+// A grammar that fails here (too ambiguous to match) ends its own request, not the step.
+bool Engine::Impl::constrain(Request& r, int32_t state, std::span<float> row) {
+  try {
+    if (r.grammar->apply_mask(state, row) > 0) return true;
+    end(r, FinishReason::kError, "grammar: no token of the vocabulary can continue the output here");
+  } catch (const std::exception& e) {
+    end(r, FinishReason::kError, e.what());
+  }
+  return false;
+}
+
+bool Engine::Impl::advance_grammar(Request& r, int32_t token) {
+  try {
+    if (r.grammar->accept(token)) return true;
+    end(r, FinishReason::kError, str_cat("grammar: the sampled token ", token, " does not continue the output"));
+  } catch (const std::exception& e) {
+    end(r, FinishReason::kError, e.what());
+  }
+  return false;
 }
 
 void Engine::Impl::deliver_rows(int32_t first, int32_t n, const float* rows) {
@@ -526,8 +574,16 @@ std::unique_ptr<Request> Engine::Impl::make_request(RequestParams& params) {
     throw EngineError(400, err.what());
   }
   const int32_t draft_max = options.speculative.method == SpecMethod::kNone ? 0 : options.speculative.draft_max;
-  return std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
-                                   tokenizer, next_id.fetch_add(1), draft_max);
+  std::shared_ptr<const grammar::Grammar> constraint = std::move(params.grammar);
+  auto request = std::make_unique<Request>(params, std::make_shared<RequestStream>(), static_cast<int32_t>(max_tokens),
+                                           tokenizer, next_id.fetch_add(1), draft_max);
+  if (constraint) {
+    std::call_once(token_trie_once, [&] {
+      token_trie = std::make_shared<const grammar::TokenTrie>(grammar::TokenTrie::from_tokenizer(tokenizer));
+    });
+    request->grammar = std::make_unique<grammar::GrammarMatcher>(std::move(constraint), token_trie);
+  }
+  return request;
 }
 
 void Engine::Impl::queue(std::vector<std::unique_ptr<Request>>& requests) {

@@ -29,6 +29,7 @@
 #include "engine/ngram.h"
 #include "engine/request_output.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "kv/kv_cache.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
@@ -94,6 +95,11 @@ struct RequestParams {
   SamplingParams sampling;
   std::vector<std::string> stop;   // stop strings: generation ends before the first match
   bool ignore_eos = false;
+  // Constrained decoding: when set, every sampled token keeps the generated text a prefix of
+  // a sentence of this grammar (the logits of other tokens are -inf before the sampler's
+  // chain; end-of-generation only once the text is complete). Drafted tokens are checked
+  // too. A grammar that leaves no token to choose ends the request with kError.
+  std::shared_ptr<const grammar::Grammar> grammar;
 
   // Scoring instead of generating (ridge perplexity): when set, nothing is sampled; for
   // every prompt position p in [score_from, prompt.size() - 2], score(p, logits) gets the

@@ -16,6 +16,7 @@
 #include "engine/engine.h"
 #include "engine/request_output.h"
 #include "engine/scheduler.h"
+#include "grammar/matcher.h"
 #include "kv/kv_cache.h"
 
 namespace ridge {
@@ -29,6 +30,7 @@ struct Request : SequenceState {
   int32_t max_tokens = 0;    // generated tokens at most (validated, context-capped)
   bool want_logprobs = false;
   Sampler sampler;
+  std::unique_ptr<grammar::GrammarMatcher> grammar;  // constrained decoding, else null
   RequestOutput output;
   int32_t n_generated = 0;
   EngineClock::time_point submitted;
@@ -75,6 +77,9 @@ struct Engine::Impl {
   std::unique_ptr<KvCache> cache;
   std::unique_ptr<Scheduler> scheduler;
   std::unique_ptr<DraftModel> draft;  // SpecMethod::kDraftModel
+  // The vocabulary's trie for grammar masks: built by the first constrained request.
+  std::once_flag token_trie_once;
+  std::shared_ptr<const grammar::TokenTrie> token_trie;
 
   // Shared with submitting threads, under mutex.
   std::mutex mutex;
@@ -103,6 +108,7 @@ struct Engine::Impl {
   };
   std::vector<RowTarget> row_targets;
   std::vector<RowTarget> hidden_targets;  // what each of the step's hidden rows is for
+  std::vector<grammar::GrammarMatcher*> mask_jobs;  // masks computed during the step's forward
 
   // Speculative decoding, engine thread only.
   StepCostModel step_costs;         // measured target step seconds by tokens
@@ -111,6 +117,7 @@ struct Engine::Impl {
   std::vector<float> draft_probs;   // [parallel][draft_max][n_vocab] draft model's q rows
   std::vector<DraftJob> draft_jobs;   // this step's drafting (verify finds q rows here)
   std::vector<DraftJob> follow_jobs;  // this step's prefill chunks for the draft model
+  std::vector<int32_t> grammar_states;  // [draft_max + 1] a constrained verification's states
 
   // Published after every iteration, for metrics().
   mutable std::mutex metrics_mutex;
@@ -138,6 +145,10 @@ struct Engine::Impl {
   void follow_prefills(const SchedulerStep& plan);  // the draft model reads prompt chunks too
   // After the forward pass: r's chunk ended in n_draft drafts; rows: its 1 + n_draft rows.
   void verify(Request& r, float* rows, int32_t n_draft);
+  // Constrained decoding: masks row for state (false, after ending r with an error, when the
+  // grammar allows no token), and advances r's matcher by a chosen token.
+  bool constrain(Request& r, int32_t state, std::span<float> row);
+  bool advance_grammar(Request& r, int32_t token);
   void release_draft(Request& r);  // the request no longer holds its draft slot
 };
 

@@ -11,6 +11,13 @@
 // when it is the argmax, so greedy output equals plain decoding token for token (rows of
 // a multi-token step are bit-identical to single-token ones); sampling applies
 // verify_draft / verify_certain_draft with the request's seeded stream.
+//
+// Grammars. A constrained request's draft is cut at the first token its grammar refuses
+// (a deterministic function of the history and the draft, so exactness holds), and every
+// verified row is masked with the grammar state after the drafts before it: the target
+// distribution at each position is exactly the one plain constrained decoding samples
+// from, so a rejected draft is replaced by a grammar-valid token, and the matcher is set
+// to the state after the accepted drafts (rolled back past the rejected ones).
 #include <algorithm>
 
 #include "core/error.h"
@@ -68,6 +75,7 @@ void Engine::Impl::setup_speculation(Model* draft_model) {
   target_probs.resize(static_cast<size_t>(spec.draft_max + 1) * static_cast<size_t>(n_vocab));
   draft_jobs.reserve(static_cast<size_t>(options.parallel));
   follow_jobs.reserve(static_cast<size_t>(options.parallel));
+  grammar_states.reserve(static_cast<size_t>(spec.draft_max + 1));
 }
 
 int32_t Engine::Impl::draft_length(Request& r, int32_t cap) const {
@@ -108,6 +116,18 @@ void Engine::Impl::propose_drafts() {
   if (draft && !draft_jobs.empty()) draft->propose(draft_jobs);
   for (SequenceState* s : scheduler->running()) {
     Request& r = static_cast<Request&>(*s);
+    if (r.grammar && !r.drafts.empty()) {
+      int32_t state = r.grammar->state();
+      size_t keep = 0;
+      try {
+        while (keep < r.drafts.size() &&
+               (state = r.grammar->next_state(state, r.drafts[keep])) != grammar::Automaton::kDead)
+          ++keep;
+      } catch (const std::exception&) {
+        keep = 0;  // verification's mask meets the same error and ends the request
+      }
+      r.drafts.resize(keep);
+    }
     if (r.drafts.empty()) continue;
     r.tokens.insert(r.tokens.end(), r.drafts.begin(), r.drafts.end());
     r.n_draft = static_cast<int32_t>(r.drafts.size());
@@ -147,6 +167,16 @@ void Engine::Impl::verify(Request& r, float* rows, int32_t n_draft) {
     const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
     r.step_top_logprobs.emplace_back(top.begin(), top.end());
   };
+
+  // The grammar state before each row's token (propose_drafts kept only drafts it allows).
+  grammar_states.clear();
+  if (r.grammar) {
+    grammar_states.push_back(r.grammar->state());
+    for (int32_t i = 0; i < n_draft; ++i)  // walked by propose_drafts already: no new states
+      grammar_states.push_back(r.grammar->next_state(grammar_states.back(), drafted[static_cast<size_t>(i)]));
+    for (int32_t i = 0; i <= n_draft; ++i)
+      if (!constrain(r, grammar_states[static_cast<size_t>(i)], row(i))) return;  // ended
+  }
 
   int32_t n_accepted = 0;
   int32_t next = 0;
@@ -190,6 +220,10 @@ void Engine::Impl::verify(Request& r, float* rows, int32_t n_draft) {
   counters.spec_draft_tokens_total += static_cast<uint64_t>(n_draft);
   counters.spec_accepted_tokens_total += static_cast<uint64_t>(n_accepted);
   scheduler->settle_drafts(&r, n_accepted);
+  if (r.grammar) {
+    r.grammar->set_state(grammar_states[static_cast<size_t>(n_accepted)]);
+    if (!advance_grammar(r, next)) return;
+  }
   r.tokens.push_back(next);
   emit(r, n_accepted + 1);
 }

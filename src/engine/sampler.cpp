@@ -357,10 +357,13 @@ void Sampler::compute_logprobs(std::span<const float> logits, int32_t chosen) {
   top_logprobs_.resize(n_top);  // within the capacity reserved at construction
   if (n_top == 0) return;
   select_top(logits, n_top);
+  size_t kept = 0;
   for (size_t i = 0; i < n_top; ++i) {
-    top_logprobs_[i] = TokenLogprob{candidates_[i].id,
-                                    static_cast<float>(candidates_[i].logit - log_z)};
+    // A token a grammar refused (logit -inf) cannot come out: it is no alternative.
+    if (std::isinf(candidates_[i].logit) && candidates_[i].logit < 0) continue;
+    top_logprobs_[kept++] = TokenLogprob{candidates_[i].id, static_cast<float>(candidates_[i].logit - log_z)};
   }
+  top_logprobs_.resize(kept);
 }
 
 }  // namespace ridge

@@ -25,7 +25,8 @@
 // logits and the same libm exp). Each non-greedy sample() consumes exactly one draw.
 //
 // Logprobs are of the distribution after penalties but before top-k/top-p/min-p and
-// temperature: log_softmax of the penalised logits, as OpenAI reports them.
+// temperature: log_softmax of the penalised logits, as OpenAI reports them. Tokens whose
+// logit is -inf (refused by a grammar) are never among the top_logprobs alternatives.
 #pragma once
 
 #include <cstdint>

@@ -7,6 +7,8 @@
 
 #include "server/api_error.h"
 #include "server/json_fields.h"
+#include "server/structured_output.h"
+#include "server/tool_calls.h"
 
 namespace ridge::server {
 namespace {
@@ -246,12 +248,7 @@ void parse_tools(std::string_view body_text, const json& body, ApiRequest& r) {
         if (r.tools_json.empty())
           throw ApiError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
                          "tool_choice", "invalid_value");
-        if (c == "required")
-          throw ApiError(400,
-                         "Unsupported value for 'tool_choice': 'required' needs constrained decoding (a grammar over "
-                         "the model's output), which this server does not have yet; use 'auto'.",
-                         "tool_choice", "unsupported_value");
-        r.tool_choice = ToolChoice::kAuto;
+        r.tool_choice = c == "required" ? ToolChoice::kRequired : ToolChoice::kAuto;
       } else {
         throw ApiError(400, str_cat("Invalid value for 'tool_choice': '", c,
                                     "'; expected 'none', 'auto', 'required' or {\"type\": \"function\", ...}."),
@@ -267,16 +264,23 @@ void parse_tools(std::string_view body_text, const json& body, ApiRequest& r) {
       if (!function->is_object()) wrong_type("tool_choice.function", "an object", *function);
       const json* fname = field(*function, "name");
       if (fname == nullptr) missing("tool_choice.function.name");
-      get_string(*fname, "tool_choice.function.name");
-      throw ApiError(400,
-                     "Unsupported value for 'tool_choice': naming a function needs constrained decoding (a grammar "
-                     "over the model's output), which this server does not have yet; use 'auto'.",
-                     "tool_choice", "unsupported_value");
+      r.tool_choice_function = get_string(*fname, "tool_choice.function.name");
+      if (r.tools_json.empty())
+        throw ApiError(400, "Invalid value for 'tool_choice': 'tool_choice' is only allowed when 'tools' are specified.",
+                       "tool_choice", "invalid_value");
+      r.tool_choice = ToolChoice::kFunction;
     } else {
       wrong_type("tool_choice", "a string or an object", *choice);
     }
   }
   if (const json* v = field(body, "parallel_tool_calls")) r.parallel_tool_calls = get_bool(*v, "parallel_tool_calls");
+  if (r.tools_forced()) {
+    if (r.grammar)
+      throw ApiError(400, "Invalid 'tool_choice': a forced tool call cannot be combined with 'response_format' or "
+                          "'grammar'.", "tool_choice", "invalid_value");
+    r.grammar = tool_call_grammar(r.tools_json, r.tool_choice_function,
+                                  r.tool_choice == ToolChoice::kRequired && r.parallel_tool_calls);
+  }
 }
 
 void refuse_unsupported(const json& body, Endpoint endpoint) {
@@ -291,11 +295,6 @@ void refuse_unsupported(const json& body, Endpoint endpoint) {
   if (endpoint == Endpoint::kCompletions)
     for (const char* name : {"tools", "tool_choice"})
       if (field(body, name) != nullptr) unsupported(name, "tools are a /v1/chat/completions parameter");
-  if (const json* v = field(body, "response_format")) {
-    const json* type = v->is_object() ? field(*v, "type") : nullptr;
-    if (type == nullptr || !type->is_string() || type->get<std::string>() != "text")
-      unsupported("response_format", "only {\"type\": \"text\"} is supported");
-  }
   (void)endpoint;
 }
 
@@ -312,6 +311,7 @@ ApiRequest parse_api_request(std::string_view body_text, Endpoint endpoint) {
   else
     parse_messages(body, r);
   refuse_unsupported(body, endpoint);
+  r.grammar = structured_output_grammar(body_text, body);
   if (endpoint == Endpoint::kChatCompletions) parse_tools(body_text, body, r);
 
   // Chat's newer name wins when both are given, as in OpenAI's API.
@@ -351,6 +351,11 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
                      "implies none), so /v1/chat/completions cannot format the conversation; use /v1/completions "
                      "with a prompt instead.",
                      "messages", "chat_template_missing");
+    if (request.tools_forced() && tool_call_syntax(*chat_template) != ToolCallSyntax::kHermes)
+      throw ApiError(400,
+                     "Unsupported value for 'tool_choice': this model's chat template teaches no tool-call syntax "
+                     "this server can enforce (<tool_call>...</tool_call>); use 'auto'.",
+                     "tool_choice", "unsupported_value");
     const std::string_view tools = request.tools_active() ? std::string_view(request.tools_json) : std::string_view();
     if (!tools.empty() && !chat_template->jinja)
       throw ApiError(400,
@@ -425,6 +430,7 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
     p.sampling.n_logprobs = request.logprobs ? request.top_logprobs : 0;
     p.stop = request.stop;
     p.ignore_eos = request.ignore_eos;
+    p.grammar = request.grammar;
   }
   return out;
 }

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -15,6 +16,7 @@
 
 #include "engine/engine.h"
 #include "engine/sampler.h"
+#include "grammar/grammar.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
 
@@ -23,9 +25,10 @@ namespace ridge::server {
 enum class Endpoint { kCompletions, kChatCompletions };
 
 // tool_choice: "none" renders no tools (the model, never shown them, answers in text);
-// "auto" renders them and parses the calls the model makes. "required" and a named
-// function need constrained decoding and are refused (400) until it exists.
-enum class ToolChoice { kNone, kAuto };
+// "auto" renders them and parses the calls the model makes; "required" and a named
+// function (kFunction) render them too and constrain the output with a grammar to calls
+// in the template's syntax (<tool_call>...</tool_call>), of any tool or of the named one.
+enum class ToolChoice { kNone, kAuto, kRequired, kFunction };
 
 // Largest values accepted for list-like fields (OpenAI's own limits where it has them).
 inline constexpr int32_t kMaxChoices = 16;          // n
@@ -59,10 +62,16 @@ struct ApiRequest {
   std::string tools_json;
   std::vector<std::string> tool_names;         // their function names, in order
   ToolChoice tool_choice = ToolChoice::kNone;  // kAuto by default when tools are given
-  bool parallel_tool_calls = true;             // accepted; the model decides how many it makes
+  std::string tool_choice_function;            // kFunction: the function's name
+  bool parallel_tool_calls = true;             // auto: the model decides how many it makes;
+                                               // forced: false allows exactly one call
+  // Constrained decoding (structured_output.h): response_format json_object/json_schema,
+  // grammar, or forced tool calls; null for free text.
+  std::shared_ptr<const grammar::Grammar> grammar;
 
-  // The tools the template renders: none unless tool_choice is auto.
-  bool tools_active() const { return tool_choice == ToolChoice::kAuto && !tools_json.empty(); }
+  // The tools the template renders: none when tool_choice is none.
+  bool tools_active() const { return tool_choice != ToolChoice::kNone && !tools_json.empty(); }
+  bool tools_forced() const { return tool_choice == ToolChoice::kRequired || tool_choice == ToolChoice::kFunction; }
 };
 
 // Throws ApiError(400) for malformed JSON, a wrong type, a value out of range or an

@@ -243,15 +243,24 @@ TEST(ToolsRequest, BadToolsNameTheField) {
   }
 }
 
-TEST(ToolsRequest, RequiredAndNamedChoiceAreRefusedUntilConstrainedDecodingExists) {
+TEST(ToolsRequest, RequiredAndNamedChoiceRenderTheToolsAndForceACallWithAGrammar) {
   for (const std::string& choice : {std::string(R"("required")"),
                                    std::string(R"({"type": "function", "function": {"name": "get_weather"}})")}) {
-    ApiError e = chat_error("\"tools\": [" + kTool + "], \"tool_choice\": " + choice);
-    EXPECT_EQ(e.status, 400);
-    EXPECT_EQ(e.param, "tool_choice");
-    EXPECT_EQ(e.code, "unsupported_value");
-    EXPECT_NE(std::string(e.what()).find("constrained decoding"), std::string::npos) << e.what();
+    const ApiRequest r = parse_api_request(
+        R"({"messages": [{"role": "user", "content": "hi"}], "tools": [)" + kTool + "], \"tool_choice\": " + choice + "}",
+        Endpoint::kChatCompletions);
+    EXPECT_TRUE(r.tools_active()) << choice;
+    EXPECT_TRUE(r.tools_forced()) << choice;
+    ASSERT_NE(r.grammar, nullptr) << choice;
   }
+  // A name that is not among the tools.
+  ApiError e = chat_error("\"tools\": [" + kTool + R"(], "tool_choice": {"type": "function", "function": {"name": "nope"}})");
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "tool_choice");
+  EXPECT_NE(std::string(e.what()).find("no function named 'nope'"), std::string::npos) << e.what();
+  // And not together with a response_format.
+  e = chat_error("\"tools\": [" + kTool + R"(], "tool_choice": "required", "response_format": {"type": "json_object"})");
+  EXPECT_EQ(e.param, "tool_choice");
 }
 
 TEST(ToolsRequest, ToolsAreAChatParameter) {
