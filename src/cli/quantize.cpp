@@ -85,6 +85,7 @@ void use_imatrix(const QuantizeCliOptions& opt, quant::QuantizeOptions& o) {
   if (!im.datasets.empty()) o.extra_metadata.push_back(string_kv("quantize.imatrix.dataset", im.datasets.front()));
   o.extra_metadata.push_back(u32_kv("quantize.imatrix.entries_count", importance->size()));
   if (im.chunk_count > 0) o.extra_metadata.push_back(u32_kv("quantize.imatrix.chunks_count", im.chunk_count));
+  o.imatrix = true;
   o.quantizer = [importance, threads = opt.threads](const std::string& name, DType type, const float* rows,
                                                     int64_t n_rows, int64_t n_cols, uint8_t* out) {
     const quant::ModelImportance::Matrix* m = importance->find(name);

@@ -63,7 +63,8 @@ QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void
   if (fs::exists(o.output, ec) && fs::equivalent(o.input, o.output, ec))
     throw Error(str_cat("quantize: ", o.output, " is the input file; refusing to overwrite it"));
   const gguf::File in = gguf::File::open(o.input);
-  const RecipeState state = recipe_state(in);
+  RecipeState state = recipe_state(in);
+  state.imatrix = o.imatrix;
   QuantizeReport report;
 
   gguf::Writer out(static_cast<uint32_t>(in.get_u64("general.alignment", gguf::kDefaultAlignment)));

@@ -33,6 +33,7 @@ struct QuantizeOptions {
   QuantTarget target;
   int threads = 0;                  // 0: all cores
   MatrixQuantizer quantizer;        // null: the reference quantizer of each type
+  bool imatrix = false;             // quantizer weighs by an importance matrix (recipe rules)
   // f32 values to use instead of the file's (AWQ's scaled matrices and norms): matrices
   // are quantized from these, other tensors written from them in their own type.
   const std::map<std::string, std::vector<float>>* overrides = nullptr;

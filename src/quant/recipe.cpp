@@ -99,6 +99,9 @@ TensorChoice choose_tensor_type(const QuantTarget& target, const RecipeState& st
         type = DType::Q6_K;
       if (name.find("attn_qkv.weight") != std::string::npos)
         type = target.base == DType::Q4_K ? DType::Q5_K : DType::Q6_K;
+    } else if ((type == DType::Q4_0 || type == DType::Q5_0) && state.imatrix &&
+               name.find("ffn_down") != std::string::npos && layer >= 0 && layer < state.n_layer / 8) {
+      type = type == DType::Q4_0 ? DType::Q4_1 : DType::Q5_1;
     }
   }
   // Shapes the type's blocks do not divide.

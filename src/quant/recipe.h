@@ -4,7 +4,9 @@
 // matrix (or a tied embedding) gets Q6_K under every quantized target; Q4_K_M and Q5_K_M
 // give attn_v and ffn_down of "more bits" layers Q6_K and a fused attn_qkv one size up;
 // a row length the type's blocks do not divide falls back (Q4_K -> Q5_0, Q5_K -> Q5_1,
-// Q6_K -> Q8_0, then F16), and says so.
+// Q6_K -> Q8_0, then F16), and says so. With an importance matrix, Q4_0 and Q5_0 give the
+// first eighth of the layers' ffn_down Q4_1 / Q5_1 (llama-quantize's guard against those
+// layers going wrong; without one it keeps them, so a plain quantization is unchanged).
 //
 //   const QuantTarget t = parse_quant_target("Q4_K_M");     // throws for unknown names
 //   const RecipeState state = recipe_state(file);           // layers, attn_v count, tied?
@@ -37,6 +39,7 @@ struct RecipeState {
   int32_t n_layer = 0;         // blocks (blk.N) in the file
   int32_t n_attention_wv = 0;  // attn_v matrices
   bool tied_embeddings = false;
+  bool imatrix = false;        // the matrices are weighed by an importance matrix
 };
 RecipeState recipe_state(const gguf::File& file);
 
