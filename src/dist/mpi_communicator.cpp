@@ -1,0 +1,140 @@
+// The MPI Communicator. Collectives are non-blocking calls polled to completion, so a
+// rank can give up on a peer that died or hangs (Open MPI's shared-memory transport
+// never reports a dead peer by itself) instead of waiting forever; MPI_Abort then ends
+// every rank, and mpirun exits non-zero.
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "dist/mpi.h"
+
+namespace ridge::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING] = {};
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+double timeout_seconds() {
+  const char* env = std::getenv("RIDGE_TP_TIMEOUT");
+  if (env == nullptr || *env == '\0') return 60.0;
+  char* end = nullptr;
+  const double s = std::strtod(env, &end);
+  if (end == env || *end != '\0' || !(s > 0))
+    throw Error(str_cat("RIDGE_TP_TIMEOUT='", env, "': expected a positive number of seconds"));
+  return s;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  explicit MpiCommunicator(int tp) : timeout_(timeout_seconds()) {
+    int initialized = 0;
+    MPI_Initialized(&initialized);
+    if (initialized) throw Error("tensor parallel: MPI is already initialized in this process");
+    int provided = 0;
+    MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
+    if (provided < MPI_THREAD_SERIALIZED) {
+      MPI_Finalize();
+      throw Error("tensor parallel: this MPI library does not offer MPI_THREAD_SERIALIZED (the engine thread, "
+                  "not the main thread, runs the collectives)");
+    }
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    if (size_ != tp) {
+      const int size = size_;
+      MPI_Comm_free(&comm_);
+      MPI_Finalize();
+      throw Error(size == 1 ? str_cat("--tp ", tp, " needs ", tp, " MPI ranks: start it as mpirun -np ", tp,
+                                      " ridge ... --tp ", tp)
+                            : str_cat("--tp ", tp, " but mpirun started ", size, " ranks: use mpirun -np ", tp));
+    }
+  }
+
+  ~MpiCommunicator() override {
+    MPI_Comm_free(&comm_);
+    MPI_Finalize();
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void broadcast(void* data, size_t bytes) override {
+    MPI_Request request;
+    check(MPI_Ibcast(data, static_cast<int>(bytes), MPI_BYTE, 0, comm_, &request), "broadcast");
+    // Rank 0 sends and must hear back in time; the others wait for the next step however
+    // long the server idles.
+    wait(request, "broadcast", rank_ == 0);
+  }
+
+  void all_reduce_sum(float* data, int64_t n) override {
+    MPI_Request request;
+    check(MPI_Iallreduce(MPI_IN_PLACE, data, static_cast<int>(n), MPI_FLOAT, MPI_SUM, comm_, &request),
+          "all-reduce");
+    wait(request, "all-reduce", true);
+    all_reduce_bytes_ += static_cast<uint64_t>(n) * sizeof(float);
+  }
+
+  [[noreturn]] void abort(const std::string& message) override { fail(message); }
+
+ private:
+  // Polls the request: spinning first (a step's collectives follow each other within
+  // microseconds), then sleeping in growing naps so an idle worker does not burn a core.
+  void wait(MPI_Request& request, const char* what, bool deadline) {
+    const Clock::time_point start = Clock::now();
+    auto nap = std::chrono::microseconds(0);
+    for (int polls = 0;; ++polls) {
+      int done = 0;
+      check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
+      if (done) return;
+      if (polls < 20000) continue;
+      const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (deadline && waited > timeout_) fail(str_cat(what, " did not complete in ", timeout_,
+                                                       " s (RIDGE_TP_TIMEOUT): another rank has died or hangs"));
+      nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(20));
+      std::this_thread::sleep_for(nap);
+    }
+  }
+
+  void check(int code, const char* what) {
+    if (code != MPI_SUCCESS) fail(str_cat(what, " failed: ", mpi_error_text(code)));
+  }
+
+  // No way back from a broken collective (the others may be inside it): say which rank
+  // saw what, then end the job.
+  [[noreturn]] void fail(const std::string& message) {
+    std::fprintf(stderr, "ridge: error: tensor parallel rank %d of %d: %s; ending the job\n", rank_, size_,
+                 message.c_str());
+    std::fflush(stderr);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    std::abort();
+  }
+
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+  double timeout_;
+};
+
+}  // namespace
+
+bool mpi_available() { return true; }
+
+std::unique_ptr<Communicator> start_mpi(int tp) {
+  if (tp < 1) throw Error(str_cat("--tp must be at least 1, got ", tp));
+  if (tp == 1) return nullptr;
+  return std::make_unique<MpiCommunicator>(tp);
+}
+
+}  // namespace ridge::dist
