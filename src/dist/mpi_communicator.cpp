@@ -4,7 +4,10 @@
 // every rank, and mpirun exits non-zero.
 #include <mpi.h>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -35,6 +38,32 @@ double timeout_seconds() {
   return s;
 }
 
+// mpirun ends every rank with SIGTERM when one exits or dies: say so, on each rank, in
+// place of a silent end (mpirun's own message names the rank that went first).
+char g_sigterm_message[256];
+size_t g_sigterm_length = 0;
+
+void on_sigterm(int) {
+  ssize_t ignored = write(STDERR_FILENO, g_sigterm_message, g_sigterm_length);
+  (void)ignored;
+  _exit(1);
+}
+
+void report_sigterm(int rank, int size) {
+  g_sigterm_length = static_cast<size_t>(std::snprintf(
+      g_sigterm_message, sizeof g_sigterm_message,
+      "ridge: error: tensor parallel rank %d of %d: ended by SIGTERM: mpirun ends every rank when one exits or dies "
+      "(its message names the rank)\n",
+      rank, size));
+  struct sigaction current {};
+  sigaction(SIGTERM, nullptr, &current);
+  if (current.sa_handler != SIG_DFL) return;  // someone else's handler: theirs to report
+  struct sigaction action {};
+  action.sa_handler = on_sigterm;
+  sigemptyset(&action.sa_mask);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
 class MpiCommunicator final : public Communicator {
  public:
   explicit MpiCommunicator(int tp) : timeout_(timeout_seconds()) {
@@ -60,6 +89,7 @@ class MpiCommunicator final : public Communicator {
                                       " ridge ... --tp ", tp)
                             : str_cat("--tp ", tp, " but mpirun started ", size, " ranks: use mpirun -np ", tp));
     }
+    report_sigterm(rank_, size_);
   }
 
   ~MpiCommunicator() override {
