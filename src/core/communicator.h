@@ -27,6 +27,13 @@ class Communicator {
   // the job) when a rank does not take part in time: a dead peer must not hang the others.
   virtual void all_reduce_sum(float* data, int64_t n) = 0;
 
+  // Rank r holds columns col_first[r] .. col_first[r + 1] - 1 of a [rows][whole_cols]
+  // matrix, as [rows][its width] at part; rank 0 receives every other rank's columns into
+  // whole (its own columns it places itself; part is unused there, whole elsewhere).
+  // Deadlines as all_reduce_sum.
+  virtual void gather_columns(float* whole, int64_t rows, int64_t whole_cols, const float* part,
+                              const int64_t* col_first) = 0;
+
   // Prints message as this rank's error and ends every rank of the job (a rank that
   // cannot go on must not leave the others waiting in a collective).
   [[noreturn]] virtual void abort(const std::string& message) = 0;

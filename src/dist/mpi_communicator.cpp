@@ -118,6 +118,28 @@ class MpiCommunicator final : public Communicator {
 
   [[noreturn]] void abort(const std::string& message) override { fail(message); }
 
+  void gather_columns(float* whole, int64_t rows, int64_t whole_cols, const float* part,
+                      const int64_t* col_first) override {
+    if (rank_ != 0) {
+      MPI_Request request;
+      const int64_t n = rows * (col_first[rank_ + 1] - col_first[rank_]);
+      check(MPI_Isend(part, static_cast<int>(n), MPI_FLOAT, 0, kGatherTag, comm_, &request), "gather");
+      wait(request, "gather", true);
+      return;
+    }
+    // Each rank's block lands straight in its columns: a strided receive type per rank.
+    for (int r = 1; r < size_; ++r) {
+      MPI_Datatype columns;
+      MPI_Type_vector(static_cast<int>(rows), static_cast<int>(col_first[r + 1] - col_first[r]),
+                      static_cast<int>(whole_cols), MPI_FLOAT, &columns);
+      MPI_Type_commit(&columns);
+      MPI_Request request;
+      check(MPI_Irecv(whole + col_first[r], 1, columns, r, kGatherTag, comm_, &request), "gather");
+      wait(request, "gather", true);
+      MPI_Type_free(&columns);
+    }
+  }
+
  private:
   // Polls the request: spinning first (a step's collectives follow each other within
   // microseconds), then sleeping in growing naps so an idle worker does not burn a core.
@@ -151,6 +173,7 @@ class MpiCommunicator final : public Communicator {
     std::abort();
   }
 
+  static constexpr int kGatherTag = 7;
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;
   int size_ = 1;

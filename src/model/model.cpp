@@ -41,6 +41,7 @@ Model::Model(gguf::File file, const ModelOptions& options)
   shard_config_.n_head = shard_.n_head;
   shard_config_.n_kv_head = shard_.n_kv_head;
   shard_config_.n_ff = shard_.n_ff;
+  for (int r = 0; r <= shard_.n_ranks; ++r) tp_vocab_first_.push_back(int64_t{config_.n_vocab} * r / shard_.n_ranks);
   const ModelConfig& c = shard_config_;
   const size_t t = static_cast<size_t>(options_.max_batch_tokens);
   x_.resize(t * c.n_embd);
@@ -229,7 +230,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   const ModelConfig& c = config_;
   const int32_t n = b.n_tokens();
 
-  if (comm_ != nullptr) send_tp_step(b, cache);
+  if (comm_ != nullptr) send_tp_step(b, cache, sink.max_rows);
   load_step_tables(b, cache);
   embed(b, x_.data());
   prepare_rope(b);
@@ -269,6 +270,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     const int32_t n = std::min(sink.max_rows, n_out - first);
     kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
                     scratch_);
+    if (comm_ != nullptr) gather_logits(sink.buffer, n);
     if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
     if (sink.on_rows) sink.on_rows(first, n, sink.buffer);
   }
@@ -309,6 +311,16 @@ void Model::load_step_tables(const Batch& b, const KvCache& cache) {
   step_tables_.clear();
   for (const BatchSequence& s : b.sequences)
     for (int g = 0; g < cache.n_groups(); ++g) step_tables_.push_back(cache.block_table(s.seq, g));
+}
+
+void Model::gather_logits(float* logits, int32_t n) {
+  // This rank's columns came out as [n][its width] at the front: spread them to their
+  // rows (last row first: a row's destination never overlaps a row not yet moved), then
+  // the other ranks' columns arrive in place.
+  const int64_t width = shard_.n_vocab, n_vocab = config_.n_vocab;
+  for (int64_t t = n - 1; t > 0; --t)
+    std::memmove(logits + t * n_vocab, logits + t * width, sizeof(float) * static_cast<size_t>(width));
+  comm_->gather_columns(logits, n, n_vocab, nullptr, tp_vocab_first_.data());
 }
 
 void Model::all_reduce(float* x, int64_t n) {

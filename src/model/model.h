@@ -188,8 +188,10 @@ class Model {
   void load_step_tables(const Batch& batch, const KvCache& cache);
   void run_layers(const Batch& batch, KvCache& cache);
   void all_reduce(float* x, int64_t n);
+  void gather_logits(float* logits, int32_t n);  // rank 0: [n][n_vocab], its columns first
+  void tp_worker_logits(const Batch& batch, int32_t max_rows);
   // Tensor parallelism (model_tp.cpp): rank 0 announces a new cache, then sends each step.
-  void send_tp_step(const Batch& batch, const KvCache& cache);
+  void send_tp_step(const Batch& batch, const KvCache& cache, int32_t max_rows);
   float* rope_table(int index) {
     return rope_tables_.data() + static_cast<size_t>(index) * options_.max_batch_tokens * config_.n_rot;
   }
@@ -210,6 +212,8 @@ class Model {
   std::vector<uint64_t> tp_dropped_caches_;   // rank 0: ids dropped from that list
   std::vector<std::pair<uint64_t, std::unique_ptr<KvCache>>> tp_caches_;  // other ranks: twins by id
   Batch tp_batch_;                            // other ranks: the step received
+  std::vector<int64_t> tp_vocab_first_;       // [n_ranks + 1] each rank's first output row
+  std::vector<float> tp_logits_;              // other ranks: [max_rows][shard_.n_vocab]
   std::vector<std::vector<uint8_t>> converted_;  // layer matrices under WeightFormat::kNf4/kInt8
   std::vector<std::vector<float>> converted_vectors_;  // and copies of their layers' norms and biases
   double converted_bytes_delta_ = 0;             // their bytes less the file's

@@ -4,8 +4,12 @@
 // layers on their shards, writing K/V of their heads into their twin of rank 0's cache,
 // which rank 0 announces (its configuration) the first time a step uses it. The
 // bookkeeping (which blocks a sequence holds, prefix reuse, preemption) stays rank 0's
-// alone: the others only follow its block tables. Only rank 0 computes logits.
+// alone: the others only follow its block tables. Every rank computes its rows of the
+// vocabulary's logits; rank 0 gathers them.
 #include <algorithm>
+#include <cstring>
+
+#include "kernels/ops.h"
 
 #include "core/error.h"
 #include "model/model.h"
@@ -36,7 +40,7 @@ Model::~Model() {
   comm_->broadcast(&stop, sizeof stop);
 }
 
-void Model::send_tp_step(const Batch& b, const KvCache& cache) {
+void Model::send_tp_step(const Batch& b, const KvCache& cache, int32_t max_rows) {
   const uint64_t id = cache.id();
   auto known = std::find(tp_sent_caches_.begin(), tp_sent_caches_.end(), id);
   if (known == tp_sent_caches_.end()) {
@@ -73,9 +77,31 @@ void Model::send_tp_step(const Batch& b, const KvCache& cache) {
       tp_ints_.insert(tp_ints_.end(), table.begin(), table.end());
     }
   }
+  tp_ints_.push_back(b.n_logit_rows());  // the others compute their vocabulary columns too
+  tp_ints_.push_back(max_rows);
+  tp_ints_.insert(tp_ints_.end(), b.logit_rows.begin(), b.logit_rows.end());
   TpHeader h{static_cast<int64_t>(TpMessage::kStep), static_cast<int64_t>(tp_ints_.size()), static_cast<int64_t>(id)};
   comm_->broadcast(&h, sizeof h);
   comm_->broadcast(tp_ints_.data(), tp_ints_.size() * sizeof(int32_t));
+}
+
+// This rank's columns of the logits, in rank 0's slices of max_rows rows, sent to rank 0.
+void Model::tp_worker_logits(const Batch& b, int32_t max_rows) {
+  const ModelConfig& c = config_;
+  const int32_t n_out = b.n_logit_rows();
+  if (n_out == 0) return;
+  for (int32_t i = 0; i < n_out; ++i)
+    std::memcpy(final_.data() + static_cast<size_t>(i) * c.n_embd,
+                x_.data() + static_cast<size_t>(b.logit_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
+  kernels::rms_norm(final_.data(), weights_.output_norm, final_.data(), n_out, c.n_embd, c.norm_eps);
+  const size_t need = static_cast<size_t>(std::min(max_rows, n_out)) * static_cast<size_t>(shard_.n_vocab);
+  if (tp_logits_.size() < need) tp_logits_.resize(need);  // grows to the largest slice, once
+  for (int32_t first = 0; first < n_out; first += max_rows) {
+    const int32_t n = std::min(max_rows, n_out - first);
+    kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, tp_logits_.data(), n,
+                    pool_, scratch_);
+    comm_->gather_columns(nullptr, n, c.n_vocab, tp_logits_.data(), tp_vocab_first_.data());
+  }
 }
 
 void Model::run_tp_worker() {
@@ -124,12 +150,15 @@ void Model::run_tp_worker() {
         step_tables_.emplace_back(v + 1, static_cast<size_t>(v[0]));
         v += 1 + v[0];
       }
+      const int32_t n_logit_rows = v[0], max_rows = v[1];
+      b.logit_rows.assign(v + 2, v + 2 + n_logit_rows);
       embed(b, x_.data());
       prepare_rope(b);
       for (int il = 0; il < config_.n_layer; ++il) {
         attention_layer(il, b, cache, n);
         mlp_layer(il, n);
       }
+      tp_worker_logits(b, max_rows);
     }
   } catch (const std::exception& e) {
     comm_->abort(e.what());

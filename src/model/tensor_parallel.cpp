@@ -29,7 +29,10 @@ TpShard plan_tp_shard(const ModelConfig& c, const ModelWeights& w, int rank, int
   s.n_head = c.n_head;
   s.n_kv_head = c.n_kv_head;
   s.n_ff = c.n_ff;
+  s.n_vocab = c.n_vocab;
   if (n_ranks == 1) return s;
+  s.vocab_first = static_cast<int32_t>(int64_t{c.n_vocab} * rank / n_ranks);
+  s.n_vocab = static_cast<int32_t>(int64_t{c.n_vocab} * (rank + 1) / n_ranks) - s.vocab_first;
   const std::string where = str_cat("tensor parallel --tp ", n_ranks, ": ", c.arch, " model '", c.name, "'");
   if (rank < 0 || rank >= n_ranks) throw Error(str_cat(where, ": rank ", rank, " outside 0..", n_ranks - 1));
   if (c.n_expert > 0) throw Error(str_cat(where, ": mixture-of-experts layers are not split yet"));
@@ -75,6 +78,7 @@ TpShard plan_tp_shard(const ModelConfig& c, const ModelWeights& w, int rank, int
 
 void shard_weights(ModelWeights& w, const ModelConfig& c, const TpShard& s) {
   if (s.n_ranks == 1) return;
+  w.output = rows(w.output, s.vocab_first, s.n_vocab);  // a tied embedding keeps its own whole view
   const int64_t q_first = int64_t{s.head_first} * c.d_head, q_n = int64_t{s.n_head} * c.d_head;
   const int64_t kv_first = int64_t{s.kv_head_first} * c.d_head, kv_n = int64_t{s.n_kv_head} * c.d_head;
   for (LayerWeights& l : w.layers) {

@@ -1,6 +1,7 @@
 // How a model is cut across the ranks of a tensor-parallel group (Megatron-style), and
 // the cut applied to the weight views, still zero-copy into the one GGUF mapping:
 //  - attn_q/k/v and ffn_gate/up split by output features (whole heads; a range of rows);
+//  - the output matrix split by rows (the vocabulary): rank 0 gathers the logits;
 //  - attn_output and ffn_down split by input features (the same heads and feed-forward
 //    range; a range of blocks inside every row, read through the view's row stride);
 //    each rank's partial product is then summed over ranks: one all-reduce after each.
@@ -29,6 +30,8 @@ struct TpShard {
   int32_t n_kv_head = 0;
   int32_t ff_first = 0;       // its feed-forward features: ff_first .. + n_ff - 1
   int32_t n_ff = 0;
+  int32_t vocab_first = 0;    // its rows of the output matrix (logits), split evenly
+  int32_t n_vocab = 0;
 };
 
 // The shard of `rank` in a group of n_ranks (1: the whole model). Throws ridge::Error
@@ -39,8 +42,8 @@ struct TpShard {
 // OLMoE's norm over all heads).
 TpShard plan_tp_shard(const ModelConfig& config, const ModelWeights& weights, int rank, int n_ranks);
 
-// Narrows every layer's views (matrices, q/k/v biases) to the shard. The token
-// embedding, the norms and the output matrix stay whole.
+// Narrows every layer's views (matrices, q/k/v biases) and the output matrix's rows to
+// the shard. The token embedding and the norms stay whole.
 void shard_weights(ModelWeights& weights, const ModelConfig& config, const TpShard& shard);
 
 }  // namespace ridge

@@ -85,7 +85,7 @@ ModelShape shape_from_preset(const ModelPreset& p) {
   m.source = str_cat("preset: ", p.repo, " config.json");
   m.note = p.note;
   m.n_params = count_params(p);
-  m.n_whole_params = int64_t{p.n_vocab} * p.n_embd * (p.tied_embeddings ? 1 : 2) +
+  m.n_whole_params = int64_t{p.n_vocab} * p.n_embd +
                      p.n_layer * (int64_t{p.norms_per_layer} * p.n_embd + (p.qk_norm ? 2 * int64_t{p.d_head} : 0)) +
                      p.n_embd;
   m.n_layer = p.n_layer;
@@ -104,9 +104,10 @@ ModelShape shape_from_preset(const ModelPreset& p) {
 
 namespace {
 
-// The layer tensors tensor parallelism splits (model/tensor_parallel.h): projections,
-// feed-forward matrices (dense or experts') and the q/k/v biases.
+// The tensors tensor parallelism splits (model/tensor_parallel.h): projections,
+// feed-forward matrices (dense or experts'), the q/k/v biases and the output matrix.
 bool is_split_tensor(const std::string& name) {
+  if (name == "output.weight") return true;
   if (name.rfind("blk.", 0) != 0) return false;
   for (const char* part : {".attn_q.", ".attn_k.", ".attn_v.", ".attn_qkv.", ".attn_output.", ".ffn_gate", ".ffn_up",
                            ".ffn_down"})

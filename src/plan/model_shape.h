@@ -26,8 +26,8 @@ struct ModelShape {
   std::string source;   // "preset: meta-llama/Meta-Llama-3-70B config.json" or the file path
   std::string note;     // caveats worth printing (vision tower not counted, ...)
   int64_t n_params = 0;
-  // Of those, what tensor parallelism keeps whole on every rank: the token embedding, an
-  // untied output matrix and the norms (the layer matrices and their biases are split).
+  // Of those, what tensor parallelism keeps whole on every rank: the token embedding and
+  // the norms (the layer matrices, their biases and an untied output matrix are split).
   int64_t n_whole_params = 0;
   int32_t n_layer = 0;
   int32_t n_embd = 0;

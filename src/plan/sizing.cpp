@@ -49,8 +49,8 @@ SizeReport add_tensor_parallel(const ModelShape& m, const Deployment& d, SizeRep
                                            : static_cast<double>(m.n_whole_params) * d.weights.bytes_per_value;
   const double split = r.weight_bytes - whole;
   r.rank_weight_bytes = split / tp + whole;
-  line("  weights per rank", str_cat(format_si(split), " (layer matrices) / ", tp, " + ", format_si(whole),
-                                     " (embedding, output, norms: whole)"),
+  line("  weights per rank", str_cat(format_si(split), " (layers, output) / ", tp, " + ", format_si(whole),
+                                     " (embedding, norms: whole)"),
        format_both(r.rank_weight_bytes));
   const double share = static_cast<double>(kv_heads) / m.n_kv_head;
   r.rank_kv_bytes_per_token = r.kv_bytes_per_token * share;

@@ -44,8 +44,8 @@ struct Deployment {
   NumberFormat kv;
   Reserve reserve;
   // Tensor-parallel ranks (ridge's --tp): each holds 1/tp of the layer matrices and of the
-  // KV heads (a KV head repeated when there are fewer than ranks) plus the embedding,
-  // output matrix and norms whole. With GPUs (or hosts) their count must equal tp, and
+  // KV heads (a KV head repeated when there are fewer than ranks) and of the output
+  // matrix, plus the embedding and norms whole. With GPUs (or hosts) their count must equal tp, and
   // each one's memory holds one rank.
   int tp = 1;
 };

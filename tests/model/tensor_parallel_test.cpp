@@ -34,6 +34,7 @@ Shape qwen_like() {
   c.n_kv_head = 2;
   c.d_head = 64;
   c.n_ff = 4864;
+  c.n_vocab = 1001;
   auto matrix = [&](DType t, int64_t n_in, int64_t n_out) {
     return kernels::WeightMatrix{t, n_in, n_out, s.bytes.data(), row_size(t, n_in)};
   };
@@ -48,6 +49,7 @@ Shape qwen_like() {
     l.w_down = matrix(DType::Q6_K, c.n_ff, c.n_embd);
     s.weights.layers.push_back(l);
   }
+  s.weights.output = matrix(DType::Q8_0, c.n_embd, c.n_vocab);
   return s;
 }
 
@@ -83,6 +85,11 @@ TEST(TensorParallel, HeadsWholeAndFeedForwardOnQuantBlocks) {
   EXPECT_EQ(r0.n_ff, 9 * 256);
   EXPECT_EQ(r1.ff_first, 9 * 256);
   EXPECT_EQ(r1.n_ff, 10 * 256);
+  // The vocabulary (output rows) as evenly as rows go.
+  EXPECT_EQ(r0.vocab_first, 0);
+  EXPECT_EQ(r0.n_vocab, 500);
+  EXPECT_EQ(r1.vocab_first, 500);
+  EXPECT_EQ(r1.n_vocab, 501);
 }
 
 TEST(TensorParallel, FewerKvHeadsThanRanksRepeatsThem) {
@@ -117,6 +124,8 @@ TEST(TensorParallel, ShardedViewsPointIntoTheSameBytes) {
   EXPECT_EQ(l.w_down.n_in, 10 * 256);
   EXPECT_EQ(l.w_down.data, base + row_size(DType::Q6_K, 9 * 256));
   EXPECT_EQ(l.w_down.row_bytes, row_size(DType::Q6_K, 4864));
+  EXPECT_EQ(s.weights.output.n_out, 501);
+  EXPECT_EQ(s.weights.output.data, base + 500 * row_size(DType::Q8_0, 896));
 }
 
 TEST(TensorParallel, ImpossibleCutsAreClearErrors) {
