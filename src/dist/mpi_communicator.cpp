@@ -38,8 +38,9 @@ double timeout_seconds() {
   return s;
 }
 
-// mpirun ends every rank with SIGTERM when one exits or dies: say so, on each rank, in
-// place of a silent end (mpirun's own message names the rank that went first).
+// mpirun ends every rank with SIGTERM when one exits or dies (or on Ctrl-C): say so, on
+// each rank, in place of a silent end (mpirun's own message names the rank that went
+// first). ridge serve blocks SIGTERM for its own orderly stop, which this leaves alone.
 char g_sigterm_message[256];
 size_t g_sigterm_length = 0;
 
@@ -53,7 +54,7 @@ void report_sigterm(int rank, int size) {
   g_sigterm_length = static_cast<size_t>(std::snprintf(
       g_sigterm_message, sizeof g_sigterm_message,
       "ridge: error: tensor parallel rank %d of %d: ended by SIGTERM: mpirun ends every rank when one exits or dies "
-      "(its message names the rank)\n",
+      "(its message names the rank) or when the job is interrupted\n",
       rank, size));
   struct sigaction current {};
   sigaction(SIGTERM, nullptr, &current);

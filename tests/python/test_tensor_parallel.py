@@ -9,6 +9,7 @@
   difference of a partial sum (see docs/distributed.md), the Qwen models as they run by
   default. qwen2.5-coder-0.5b's logits, default kernels: the KL divergence of -np 2
   against -np 1 stays at the level of that rounding, far below a wrong split's.
+- ridge serve --tp 2 answers a completion with the text ridge run gives.
 - A rank killed mid-run ends the job promptly with a clear error from rank 0, not a hang;
   --tp that does not match -np, or heads that do not divide, are clear errors.
 Skipped when mpirun is not installed or ridge was built without MPI.
@@ -16,6 +17,7 @@ Skipped when mpirun is not installed or ridge was built without MPI.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -23,6 +25,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import numpy as np
@@ -168,3 +171,34 @@ def test_mismatched_and_impossible_splits_are_clear_errors():
     assert res.returncode != 0
     if b"built without MPI" not in res.stderr:
         assert b"8 attention heads, which do not divide by 3" in res.stderr, res.stderr
+
+
+def test_serve_under_tp_answers_as_run_does():
+    """ridge serve --tp 2: rank 0's HTTP server and scheduler, the same greedy text."""
+    path = model("qwen2.5-coder-0.5b")
+    prompt = "def fibonacci(n):"
+    expected = greedy(1, path, prompt, 12)
+    proc = subprocess.Popen(mpirun(2) + [RIDGE, "serve", "-m", str(path), "--host", "127.0.0.1", "--port", "0",
+                                         "-t", "1", "--tp", "2"], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        port = None
+        deadline = time.monotonic() + 60
+        while port is None and time.monotonic() < deadline:
+            line = proc.stderr.readline().decode(errors="replace")
+            assert line, "ridge serve ended before listening"
+            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
+            port = int(m.group(1)) if m else None
+        assert port
+        body = json.dumps({"prompt": prompt, "max_tokens": 12, "temperature": 0}).encode()
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/v1/completions", data=body,
+                                     headers={"Content-Type": "application/json"})
+        with urllib.request.urlopen(req, timeout=60) as r:
+            text = json.loads(r.read())["choices"][0]["text"]
+        assert text + "\n" == expected
+    finally:
+        proc.send_signal(signal.SIGINT)  # mpirun passes it on; rank 0 stops, the others end
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
