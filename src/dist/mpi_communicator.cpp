@@ -142,8 +142,10 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
-  // Polls the request: spinning first (a step's collectives follow each other within
-  // microseconds), then sleeping in growing naps so an idle worker does not burn a core.
+  // Polls the request: spinning for the first 100 us (a step's collectives follow each
+  // other within microseconds), then yielding the core until 5 ms (a rank that shares its
+  // core with the peer it waits for, or with other processes, must let them run), then
+  // sleeping in growing naps so an idle worker does not burn a core.
   void wait(MPI_Request& request, const char* what, bool deadline) {
     const Clock::time_point start = Clock::now();
     auto nap = std::chrono::microseconds(0);
@@ -151,8 +153,13 @@ class MpiCommunicator final : public Communicator {
       int done = 0;
       check(MPI_Test(&request, &done, MPI_STATUS_IGNORE), what);
       if (done) return;
-      if (polls < 20000) continue;
+      if (polls % 64 != 63) continue;
       const double waited = std::chrono::duration<double>(Clock::now() - start).count();
+      if (waited < 100e-6) continue;
+      if (waited < 5e-3) {
+        std::this_thread::yield();
+        continue;
+      }
       if (deadline && waited > timeout_) fail(str_cat(what, " did not complete in ", timeout_,
                                                        " s (RIDGE_TP_TIMEOUT): another rank has died or hangs"));
       nap = std::min(std::chrono::microseconds(1000), nap + std::chrono::microseconds(20));

@@ -145,6 +145,14 @@ void Model::replace_norm(const std::string& name, const float* data) {
 }
 
 double Model::weight_bytes_per_step() const {
+  if (comm_ != nullptr) {  // this rank's slices, and one embedding row (norms: a rounding error)
+    auto bytes_of = [](const kernels::WeightMatrix& w) { return double(w.n_out) * double(row_size(w.dtype, w.n_in)); };
+    double bytes = bytes_of(weights_.output) + double(row_size(weights_.token_embd.dtype, config_.n_embd));
+    for (const LayerWeights& l : weights_.layers)
+      for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        bytes += bytes_of(*w);
+    return bytes;
+  }
   double bytes = 0;
   // Of the experts, a one-token step reads the n_expert_used its router picks.
   const double active = config_.n_expert > 0 ? double(config_.n_expert_used) / config_.n_expert : 1.0;

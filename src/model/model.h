@@ -117,7 +117,8 @@ class Model {
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
   // Weight bytes a one-token forward step reads: every matrix once (of a mixture of
   // experts, the n_expert_used experts' share: the active bytes), and of an untied token
-  // embedding one row (a tied one is the output matrix, read whole).
+  // embedding one row (a tied one is the output matrix, read whole). Under tensor
+  // parallelism, what this rank reads: its slices.
   double weight_bytes_per_step() const;
   // Of weight_bytes_per_step, the experts' share (0 for a dense model).
   double active_expert_bytes_per_step() const;
