@@ -40,6 +40,12 @@ MPIRUN = shutil.which("mpirun")
 pytestmark = pytest.mark.skipif(MPIRUN is None, reason="mpirun is not installed (apt-get install openmpi-bin)")
 
 
+def require_mpi_build():
+    res = subprocess.run([RIDGE, "run", "-m", str(STORIES), "-p", "x", "--tp", "2"], capture_output=True, timeout=60)
+    if b"built without MPI" in res.stderr:
+        pytest.skip("ridge was built without MPI")
+
+
 def mpirun(np_: int) -> list[str]:
     cmd = [MPIRUN, "--oversubscribe", "-np", str(np_)]
     if os.geteuid() == 0:
@@ -131,6 +137,7 @@ def rank_pid(parent: int, rank: int) -> int | None:
 
 
 def test_killed_rank_ends_the_job_with_a_clear_error():
+    require_mpi_build()
     path = model("qwen2.5-coder-0.5b")
     tag = os.getpid()
     env = dict(os.environ, RIDGE_TEST_JOB=str(tag), RIDGE_TP_TIMEOUT="20")
@@ -175,6 +182,7 @@ def test_mismatched_and_impossible_splits_are_clear_errors():
 
 def test_serve_under_tp_answers_as_run_does():
     """ridge serve --tp 2: rank 0's HTTP server and scheduler, the same greedy text."""
+    require_mpi_build()
     path = model("qwen2.5-coder-0.5b")
     prompt = "def fibonacci(n):"
     expected = greedy(1, path, prompt, 12)
