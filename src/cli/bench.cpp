@@ -33,8 +33,10 @@
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
 #include "cli/kv_flags.h"
+#include "cli/tp_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
+#include "dist/mpi.h"
 #include "engine/engine.h"
 #include "model/model.h"
 #include "plan/probe.h"
@@ -48,6 +50,7 @@ struct BenchOptions {
   std::vector<int> depth{0};  // tests run after this many tokens of context (llama-bench -d)
   std::vector<int> n_gen{128};
   std::vector<int> threads;       // empty: all cores
+  int tp = 1;                     // tensor-parallel ranks
   std::vector<int> batch;         // decode sequences per step for the batched sweep
   int reps = 5;
   int n_batch = 512;
@@ -192,11 +195,16 @@ double kv_bytes_read(const ModelConfig& c, DType kv_type, int64_t pos) {
 // repetition (no prefix cache), greedy sampling, end-of-generation ignored. With a prompt
 // (--prompt-file) tg continues it instead, timed from its first generated token. With
 // speculative flags a second engine on the same model speculates, for tg beside plain.
+ModelOptions runner_model_options(int threads, int n_batch, int max_seqs, const BenchOptions& opt, Communicator* comm) {
+  return {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs),
+          .weights = opt.weights.format_for_load(), .comm = comm};
+}
+
 class Runner {
  public:
   Runner(const std::string& path, int threads, int n_batch, int max_seqs, int max_context, int max_depth,
-         const BenchOptions& opt)
-      : model_(Model::load(path, {.n_threads = threads, .max_batch_tokens = std::max(n_batch, max_seqs), .weights = opt.weights.format_for_load()})) {
+         const BenchOptions& opt, Communicator* comm)
+      : model_(Model::load(path, runner_model_options(threads, n_batch, max_seqs, opt, comm))) {
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
     if (!opt.prompt_file.empty()) {
       std::ifstream in(opt.prompt_file, std::ios::binary);
@@ -480,10 +488,16 @@ void bench(BenchOptions opt) {
 
   std::vector<Result> results;
   std::vector<plan::ComputePeak> peaks;  // one per thread count
+  std::vector<std::string> tp_lines;      // all-reduce bytes measured, under --tp
   ModelFacts facts;
   bool header = false;
+  std::unique_ptr<Communicator> comm = dist::start_mpi(opt.tp);
   for (int threads : opt.threads) {
-    Runner runner(path, threads, opt.n_batch, max_seqs, max_context, max_depth, opt);
+    if (comm != nullptr && comm->rank() != 0) {  // serve rank 0's steps until its runner is done
+      load_model_on_rank(path, runner_model_options(threads, opt.n_batch, max_seqs, opt, comm.get()), comm.get());
+      continue;
+    }
+    Runner runner(path, threads, opt.n_batch, max_seqs, max_context, max_depth, opt, comm.get());
     if (!header) {
       facts = model_facts(path, runner.model());
       if (!opt.json) print_header(facts);
@@ -510,8 +524,15 @@ void bench(BenchOptions opt) {
         r.tokens = n_prompt;
         r.work_per_token = matmul_work_per_token(facts, n_prompt);  // logits for the last token
         if (depth > 0) runner.prefill_depth(depth);
+        const uint64_t reduced = comm != nullptr ? comm->all_reduce_bytes() : 0;
         runner.prompt(n_prompt, depth, opt.reps);  // warm-up, with the last fresh prompt
         for (int i = 0; i < opt.reps; ++i) r.samples_ns.push_back(runner.prompt(n_prompt, depth, i) * 1e9);
+        if (comm != nullptr) {  // every prompt token went through every layer once
+          const double per_token = double(comm->all_reduce_bytes() - reduced) / (double(n_prompt) * (opt.reps + 1));
+          tp_lines.push_back(str_cat("tensor parallel, ", comm->size(), " ranks, ", r.test, ": all-reduce ",
+                                     per_token, " bytes per token per rank (formula 2 x ", c.n_layer, " layers x ",
+                                     c.n_embd, " x 4 bytes = ", 2.0 * c.n_layer * c.n_embd * 4, ")"));
+        }
         finish(std::move(r));
       }
     std::vector<Result> generated;  // printed after the second bandwidth probe
@@ -588,6 +609,7 @@ void bench(BenchOptions opt) {
   if (!opt.json) {
     std::printf("\n");
     for (const plan::ComputePeak& p : peaks) print_peak(p);
+    for (const std::string& line : tp_lines) std::printf("%s\n", line.c_str());
   }
   if (!opt.json) {
     for (const Result& r : results) {
@@ -642,6 +664,7 @@ void add_bench_command(CLI::App& app) {
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
   add_kv_flags(*cmd, opt->kv);
+  add_tp_flag(*cmd, opt->tp);
   cmd->callback([opt] { bench(*opt); });
 }
 

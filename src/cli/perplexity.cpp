@@ -23,8 +23,10 @@
 
 #include "cli/commands.h"
 #include "cli/kv_flags.h"
+#include "cli/tp_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
+#include "dist/mpi.h"
 #include "engine/engine.h"
 #include "quant/perplexity.h"
 #include "quant/window_scoring.h"
@@ -44,6 +46,7 @@ struct PerplexityOptions {
   int32_t chunks = -1;
   int32_t batch = 2048;
   int threads = 0;
+  int tp = 1;  // tensor-parallel ranks
   std::string kld_base;
   bool kld = false;
   WeightFlags weights;
@@ -110,6 +113,7 @@ void perplexity(const PerplexityOptions& opt) {
   // The tokens and windows: from the text, or (KL divergence) from the base file.
   std::optional<quant::LogitsFileReader> base;
   std::vector<int32_t> text_tokens;
+  std::unique_ptr<Communicator> comm = dist::start_mpi(opt.tp);  // outlives the model
   std::unique_ptr<Model> model;
   int32_t n_ctx = opt.n_ctx;
   if (opt.kld) {
@@ -120,10 +124,13 @@ void perplexity(const PerplexityOptions& opt) {
   // a batch smaller than a window computes it in chunks.
   const int32_t n_seq = std::max(1, opt.batch / std::max(n_ctx, 1));
   const int32_t step_tokens = opt.batch >= n_ctx ? n_seq * n_ctx : opt.batch;
-  model = Model::load(path, {.n_threads = opt.threads,
-                             .max_batch_tokens = std::max(step_tokens, 1),
-                             .weights = opt.weights.format_for_load(),
-                             .n_ctx = n_ctx});
+  model = load_model_on_rank(path,
+                             {.n_threads = opt.threads,
+                              .max_batch_tokens = std::max(step_tokens, 1),
+                              .weights = opt.weights.format_for_load(),
+                              .n_ctx = n_ctx},
+                             comm.get());
+  if (!model) return;
   const Tokenizer tok = Tokenizer::from_gguf(model->file());
   const int32_t n_vocab = model->config().n_vocab;
   if (opt.kld) {
@@ -235,6 +242,7 @@ void add_perplexity_command(CLI::App& app) {
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   add_weight_flags(*cmd, opt->weights);
   add_kv_flags(*cmd, opt->kv);
+  add_tp_flag(*cmd, opt->tp);
   cmd->add_option("--kl-divergence-base", opt->kld_base,
                   "Save the log-probabilities here (llama.cpp's format); with --kl-divergence, read them");
   cmd->add_flag("--kl-divergence", opt->kld, "KL divergence against --kl-divergence-base");

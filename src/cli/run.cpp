@@ -19,8 +19,10 @@
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
 #include "cli/kv_flags.h"
+#include "cli/tp_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
+#include "dist/mpi.h"
 #include "engine/engine.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/unicode.h"
@@ -35,6 +37,7 @@ struct RunOptions {
   std::string system;
   int32_t n_predict = 128;
   int threads = 0;
+  int tp = 1;  // tensor-parallel ranks
   int32_t n_ctx = 0;
   int32_t batch = 512;
   double kv_budget_mib = 0;
@@ -176,10 +179,14 @@ void run(RunOptions opt) {
   validate(opt.sampling);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads,
-                                        .max_batch_tokens = opt.batch,
-                                        .weights = opt.weights.format_for_load(),
-                                        .n_ctx = opt.n_ctx});
+  std::unique_ptr<Communicator> comm = dist::start_mpi(opt.tp);
+  auto model = load_model_on_rank(path,
+                                  {.n_threads = opt.threads,
+                                   .max_batch_tokens = opt.batch,
+                                   .weights = opt.weights.format_for_load(),
+                                   .n_ctx = opt.n_ctx},
+                                  comm.get());
+  if (!model) return;
   Tokenizer tok = Tokenizer::from_gguf(model->file());
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
   std::fprintf(stderr, "kernels: %s\n", model->kernel_summary().c_str());
@@ -241,6 +248,7 @@ void add_run_command(CLI::App& app) {
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
   add_kv_flags(*cmd, opt->kv);
+  add_tp_flag(*cmd, opt->tp);
   cmd->callback([opt] { run(*opt); });
 }
 

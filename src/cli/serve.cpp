@@ -18,8 +18,10 @@
 #include "cli/commands.h"
 #include "cli/speculative_flags.h"
 #include "cli/kv_flags.h"
+#include "cli/tp_flags.h"
 #include "cli/weight_flags.h"
 #include "core/error.h"
+#include "dist/mpi.h"
 #include "engine/engine.h"
 #include "server/http_server.h"
 #include "tokenizer/chat_template.h"
@@ -36,6 +38,7 @@ struct ServeOptions {
   double kv_budget_mib = 0;
   int32_t n_ctx = 0;
   int threads = 0;
+  int tp = 1;  // tensor-parallel ranks
   std::string api_key;
   int32_t max_queue = 64;
   size_t max_body_bytes = 8u << 20;
@@ -81,10 +84,14 @@ void serve(const ServeOptions& opt) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string path = resolve_model_path(opt.model);
-  auto model = Model::load(path, {.n_threads = opt.threads,
-                                        .max_batch_tokens = opt.max_batch_tokens,
-                                        .weights = opt.weights.format_for_load(),
-                                        .n_ctx = opt.n_ctx});
+  std::unique_ptr<Communicator> comm = dist::start_mpi(opt.tp);
+  auto model = load_model_on_rank(path,
+                                  {.n_threads = opt.threads,
+                                   .max_batch_tokens = opt.max_batch_tokens,
+                                   .weights = opt.weights.format_for_load(),
+                                   .n_ctx = opt.n_ctx},
+                                  comm.get());
+  if (!model) return;
   Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<ChatTemplate> chat_template;
   try {
@@ -195,6 +202,7 @@ void add_serve_command(CLI::App& app) {
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
   add_kv_flags(*cmd, opt->kv);
+  add_tp_flag(*cmd, opt->tp);
   cmd->callback([opt] { serve(*opt); });
 }
 

@@ -26,6 +26,7 @@ struct SizeOptions {
   std::string weights;  // empty: bf16 for presets, file for GGUF
   std::string kv = "fp16";
   std::string reserve = "none";
+  int tp = 1;
   bool json = false;
   bool list = false;
 };
@@ -75,6 +76,7 @@ void run_size(const SizeOptions& opt) {
   d.kv = plan::parse_kv_format(opt.kv);
   d.reserve = plan::parse_reserve(opt.reserve);
   if (!opt.gpus.empty()) d.gpus = plan::parse_gpus(opt.gpus);
+  d.tp = opt.tp;
   const plan::SizeReport r = plan::compute_size(model, d);
 
   if (opt.json) {
@@ -93,6 +95,12 @@ void run_size(const SizeOptions& opt) {
         {"kv_bytes_per_conversation", r.kv_bytes_per_conversation},
         {"arithmetic", lines_json(r.lines)},
     };
+    if (d.tp > 1) {
+      out["deployment"]["tp"] = d.tp;
+      out["rank_weight_bytes"] = r.rank_weight_bytes;
+      out["rank_kv_bytes_per_token"] = r.rank_kv_bytes_per_token;
+      out["rank_kv_bytes_per_conversation"] = r.rank_kv_bytes_per_conversation;
+    }
     if (d.gpus) {
       out["deployment"]["gpus"] = {{"count", d.gpus->count}, {"bytes_each", d.gpus->bytes_each}};
       out["total_bytes"] = r.total_bytes;
@@ -128,6 +136,9 @@ void add_size_command(CLI::App& app) {
                   "(default: file for GGUF, bf16 for presets)");
   cmd->add_option("--kv", opt->kv, "KV cache type: fp16, bf16, q8_0, q4_0 (ridge's --kv-type), int8, fp32")->capture_default_str();
   cmd->add_option("--reserve", opt->reserve, "Memory kept from the KV cache: 10%, 4GiB, or none")->capture_default_str();
+  cmd->add_option("--tp", opt->tp,
+                  "Tensor-parallel ranks (ridge --tp): memory per rank; --gpus then counts one device or host per rank")
+      ->capture_default_str();
   cmd->add_flag("--json", opt->json, "Print one JSON object");
   cmd->add_flag("--list", opt->list, "List the built-in model presets");
   cmd->callback([opt] { run_size(*opt); });

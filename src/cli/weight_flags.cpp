@@ -12,6 +12,9 @@ WeightFormat WeightFlags::format_for_load() const {
   if (!std::isfinite(int8_threshold) || int8_threshold < 0)
     throw Error(str_cat("--int8-threshold must be a finite number >= 0, got ", int8_threshold));
   kernels::set_int8_outlier_threshold(int8_threshold);
+  if (matmul != "int8" && matmul != "float")
+    throw Error(str_cat("--matmul '", matmul, "': expected int8 or float"));
+  kernels::set_matmul_mode(matmul == "float" ? kernels::MatmulMode::kFloat : kernels::MatmulMode::kQuantized);
   try {
     return parse_weight_format(format);
   } catch (const Error& e) {
@@ -26,6 +29,11 @@ void add_weight_flags(CLI::App& cmd, WeightFlags& flags) {
       ->capture_default_str();
   cmd.add_option("--int8-threshold", flags.int8_threshold,
                  "With --weights int8: activations above this magnitude are outliers computed in f32 (0: none)")
+      ->capture_default_str();
+  cmd.add_option("--matmul", flags.matmul,
+                 "How weight matmuls multiply: int8 (activations quantized to 8 bits, the fast path) or float "
+                 "(weight rows dequantized, f32 activations: several times slower, for comparisons; a change in "
+                 "the last bits of an input cannot flip an activation's rounding)")
       ->capture_default_str();
 }
 

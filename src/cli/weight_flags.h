@@ -19,9 +19,10 @@ namespace ridge::cli {
 struct WeightFlags {
   std::string format = "as-stored";  // as-stored | nf4 | int8
   float int8_threshold = 6.0f;       // LLM.int8 outlier threshold (0: none)
+  std::string matmul = "int8";       // int8 (8-bit activations) | float (kernels::MatmulMode)
 
   // Validated (throws ridge::Error naming the flag); also sets the process-wide outlier
-  // threshold the int8 matmul reads.
+  // threshold the int8 matmul reads, and the matmul mode.
   WeightFormat format_for_load() const;
 };
 

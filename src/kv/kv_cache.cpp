@@ -1,6 +1,7 @@
 #include "kv/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cassert>
 #include <cstdio>
 #include <cstring>
@@ -228,7 +229,9 @@ int64_t KvPlan::tokens_held(int32_t block_size) const {
   return groups.front().window == 0 ? int64_t{groups.front().n_blocks} * block_size : 0;
 }
 
-KvCache::KvCache(const KvCacheConfig& config) {
+KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
+  static std::atomic<uint64_t> next_id{1};
+  id_ = next_id.fetch_add(1, std::memory_order_relaxed);
   KvPlan plan = plan_kv_cache(config);
   layers_ = config.layers;
   block_size_ = config.block_size;

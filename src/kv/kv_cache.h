@@ -175,6 +175,12 @@ class KvCache {
   KvCache(const KvCache&) = delete;
   KvCache& operator=(const KvCache&) = delete;
 
+  // --- identity
+  // The configuration the cache was built from (a tensor-parallel rank builds its twin
+  // from it), and an id unique in the process, never reused (which cache a step is for).
+  const KvCacheConfig& config() const { return config_; }
+  uint64_t id() const { return id_; }
+
   // --- shape and size
   int32_t n_layer() const { return static_cast<int32_t>(layers_.size()); }
   int32_t block_size() const { return block_size_; }
@@ -292,6 +298,8 @@ class KvCache {
   void index_committed_blocks(Sequence& s);
   int32_t cached_block(size_t g, const Sequence& s, int32_t i) const;  // kNoBlock on a miss
 
+  KvCacheConfig config_;
+  uint64_t id_ = 0;
   std::vector<KvLayerSpec> layers_;
   std::vector<int> group_of_layer_;  // [n_layer]
   std::vector<KvGroup> groups_;

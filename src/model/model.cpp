@@ -1,6 +1,7 @@
 #include "model/model.h"
 
 #include <algorithm>
+#include <cassert>
 #include <cstdio>
 #include <cstring>
 #include <type_traits>
@@ -28,9 +29,20 @@ Model::Model(gguf::File file, const ModelOptions& options)
   if (options_.max_batch_tokens <= 0)
     throw Error(str_cat("max_batch_tokens must be positive, got ", options_.max_batch_tokens));
   kernels::best_isa();  // a bad RIDGE_ISA is an error here, at load, not inside a step
+  if (options_.comm != nullptr && options_.comm->size() > 1) comm_ = options_.comm;
+  if (comm_ != nullptr && options_.weights != WeightFormat::kAsStored)
+    throw Error(str_cat("tensor parallel: --weights ", weight_format_name(options_.weights),
+                        " is not supported with --tp above 1 (the converted matrices are not split)"));
   if (options_.weights == WeightFormat::kNf4) convert_layer_matrices(DType::NF4);
   if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
-  const ModelConfig& c = config_;
+  shard_ = plan_tp_shard(config_, weights_, comm_ != nullptr ? comm_->rank() : 0, comm_ != nullptr ? comm_->size() : 1);
+  shard_weights(weights_, config_, shard_);
+  shard_config_ = config_;
+  shard_config_.n_head = shard_.n_head;
+  shard_config_.n_kv_head = shard_.n_kv_head;
+  shard_config_.n_ff = shard_.n_ff;
+  for (int r = 0; r <= shard_.n_ranks; ++r) tp_vocab_first_.push_back(int64_t{config_.n_vocab} * r / shard_.n_ranks);
+  const ModelConfig& c = shard_config_;
   const size_t t = static_cast<size_t>(options_.max_batch_tokens);
   x_.resize(t * c.n_embd);
   h_.resize(t * c.n_embd);
@@ -133,6 +145,14 @@ void Model::replace_norm(const std::string& name, const float* data) {
 }
 
 double Model::weight_bytes_per_step() const {
+  if (comm_ != nullptr) {  // this rank's slices, and one embedding row (norms: a rounding error)
+    auto bytes_of = [](const kernels::WeightMatrix& w) { return double(w.n_out) * double(row_size(w.dtype, w.n_in)); };
+    double bytes = bytes_of(weights_.output) + double(row_size(weights_.token_embd.dtype, config_.n_embd));
+    for (const LayerWeights& l : weights_.layers)
+      for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down})
+        bytes += bytes_of(*w);
+    return bytes;
+  }
   double bytes = 0;
   // Of the experts, a one-token step reads the n_expert_used its router picks.
   const double active = config_.n_expert > 0 ? double(config_.n_expert_used) / config_.n_expert : 1.0;
@@ -154,7 +174,7 @@ double Model::active_expert_bytes_per_step() const {
 
 KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {
   KvCacheConfig kv;
-  for (const LayerConfig& l : config_.layers) kv.layers.push_back({config_.n_kv_head, config_.d_head, l.window});
+  for (const LayerConfig& l : config_.layers) kv.layers.push_back({shard_.n_kv_head, config_.d_head, l.window});
   kv.budget_bytes = budget_bytes;
   kv.max_sequences = max_sequences;
   kv.max_context = max_context > 0 ? max_context : config_.n_ctx_train;
@@ -213,9 +233,13 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     throw Error(str_cat("forward: logit sink of ", sink.max_rows, " rows"));
   if (b.n_hidden_rows() > 0 && !sink.on_hidden)
     throw Error(str_cat("forward: ", b.n_hidden_rows(), " hidden rows asked for and no sink for them"));
+  if (comm_ != nullptr && observer_ != nullptr)
+    throw Error("forward: calibration observers are not supported under tensor parallelism");
   const ModelConfig& c = config_;
   const int32_t n = b.n_tokens();
 
+  if (comm_ != nullptr) send_tp_step(b, cache, sink.max_rows);
+  load_step_tables(b, cache);
   embed(b, x_.data());
   prepare_rope(b);
 
@@ -254,6 +278,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     const int32_t n = std::min(sink.max_rows, n_out - first);
     kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
                     scratch_);
+    if (comm_ != nullptr) gather_logits(sink.buffer, n);
     if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
     if (sink.on_rows) sink.on_rows(first, n, sink.buffer);
   }
@@ -278,18 +303,40 @@ void Model::prepare_rope(const Batch& b) {
 
 void Model::forward_layer(int il, const Batch& b, KvCache& cache, float* x) {
   validate(b, cache);
+  if (comm_ != nullptr) throw Error("forward_layer: calibration is not supported under tensor parallelism");
   if (il < 0 || il >= config_.n_layer) throw Error(str_cat("forward_layer: layer ", il, " outside 0..", config_.n_layer - 1));
   const int32_t n = b.n_tokens();
   const size_t floats = static_cast<size_t>(n) * static_cast<size_t>(config_.n_embd);
   std::memcpy(x_.data(), x, floats * sizeof(float));
+  load_step_tables(b, cache);
   prepare_rope(b);
   attention_layer(il, b, cache, n);
   mlp_layer(il, n);
   std::memcpy(x, x_.data(), floats * sizeof(float));
 }
 
+void Model::load_step_tables(const Batch& b, const KvCache& cache) {
+  step_tables_.clear();
+  for (const BatchSequence& s : b.sequences)
+    for (int g = 0; g < cache.n_groups(); ++g) step_tables_.push_back(cache.block_table(s.seq, g));
+}
+
+void Model::gather_logits(float* logits, int32_t n) {
+  // This rank's columns came out as [n][its width] at the front: spread them to their
+  // rows (last row first: a row's destination never overlaps a row not yet moved), then
+  // the other ranks' columns arrive in place.
+  const int64_t width = shard_.n_vocab, n_vocab = config_.n_vocab;
+  for (int64_t t = n - 1; t > 0; --t)
+    std::memmove(logits + t * n_vocab, logits + t * width, sizeof(float) * static_cast<size_t>(width));
+  comm_->gather_columns(logits, n, n_vocab, nullptr, tp_vocab_first_.data());
+}
+
+void Model::all_reduce(float* x, int64_t n) {
+  if (comm_ != nullptr) comm_->all_reduce_sum(x, n);
+}
+
 void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = shard_config_;
   const LayerWeights& w = weights_.layers[il];
   const LayerConfig& lc = c.layers[il];
   const int64_t q_dim = int64_t{c.n_head} * c.d_head;
@@ -331,19 +378,28 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   kernels::hadamard_rotate(q_.data(), n * q_dim, rotation.k);
   kernels::hadamard_rotate(k_.data(), n * kv_dim, rotation.k);
   kernels::hadamard_rotate(v_.data(), n * kv_dim, rotation.v);
+  // Block tables from step_tables_ (load_step_tables), the same on every rank.
+  const int n_groups = cache.n_groups();
+  const int32_t block_size = cache.block_size();
+  auto table_of = [&](size_t sequence) { return step_tables_[sequence * n_groups + g]; };
   attention_items_.clear();
-  for (const BatchSequence& s : b.sequences) {
-    attention_items_.push_back(kernels::AttentionSequence{
-        q_.data() + s.first * q_dim, b.positions.data() + s.first, s.n_tokens, cache.block_table(s.seq, g),
-        s.start_pos + s.n_tokens, attn_.data() + s.first * q_dim});
+  for (size_t i = 0; i < b.sequences.size(); ++i) {
+    const BatchSequence& s = b.sequences[i];
+    attention_items_.push_back(kernels::AttentionSequence{q_.data() + s.first * q_dim, b.positions.data() + s.first,
+                                                          s.n_tokens, table_of(i), s.start_pos + s.n_tokens,
+                                                          attn_.data() + s.first * q_dim});
   }
   const kernels::AttentionParams params{c.attn_scale, c.attn_softcap, lc.window};
   auto store_and_attend = [&](auto element) {
     using T = decltype(element);
-    for (const BatchSequence& s : b.sequences) {
+    for (size_t si = 0; si < b.sequences.size(); ++si) {
+      const BatchSequence& s = b.sequences[si];
+      const std::span<const int32_t> table = table_of(si);
       for (int32_t i = 0; i < s.n_tokens; ++i) {
         const int64_t t = s.first + i;
-        const KvSlot slot = cache.slot(s.seq, g, s.start_pos + i);
+        const int32_t pos = s.start_pos + i;
+        const KvSlot slot{table[static_cast<size_t>(pos / block_size)], pos % block_size};
+        assert(slot.block >= 0);  // validate: reserved, and new tokens are never recycled
         T* k_row = static_cast<T*>(cache.k_row(il, slot.block, slot.offset));  // [n_kv_head][d_head]
         T* v_row = static_cast<T*>(cache.v_row(il, slot.block, slot.offset));
         if constexpr (std::is_same_v<T, float>) {
@@ -378,12 +434,13 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   if (observer_ != nullptr)
     observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));
   kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
+  all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's heads' share of the projection
   if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
   kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
 }
 
 void Model::mlp_layer(int il, int32_t n) {
-  const ModelConfig& c = config_;
+  const ModelConfig& c = shard_config_;
   const LayerWeights& w = weights_.layers[il];
   if (!w.experts.empty()) {
     moe_layer(il, n);
@@ -403,6 +460,7 @@ void Model::mlp_layer(int il, int32_t n) {
     kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
   kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
+  all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's feed-forward share
   if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
   kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
 }

@@ -15,10 +15,12 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <span>
 #include <string_view>
 #include <utility>
 #include <vector>
 
+#include "core/communicator.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/attention.h"
@@ -26,6 +28,7 @@
 #include "kv/kv_cache.h"
 #include "model/batch.h"
 #include "model/config.h"
+#include "model/tensor_parallel.h"
 #include "model/weights.h"
 
 namespace ridge {
@@ -84,6 +87,10 @@ struct ModelOptions {
   // The context the model will run with (0: its training context): picks Phi-3 LongRoPE's
   // long or short factors, as llama.cpp picks them by its -c.
   int32_t n_ctx = 0;
+  // Tensor parallelism (model/tensor_parallel.h): this rank's group (null or one rank:
+  // the whole model here), which must outlive the model. Rank 0's forward sends each step
+  // to the other ranks, whose run_tp_worker runs it on their shards.
+  Communicator* comm = nullptr;
 };
 
 class Model {
@@ -92,13 +99,26 @@ class Model {
   // and sizes all scratch memory. Throws ridge::Error naming the file and the problem.
   static std::unique_ptr<Model> load(const std::string& path, const ModelOptions& options = {});
 
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  // The whole model's hyper-parameters (under tensor parallelism too: n_head is all heads).
   const ModelConfig& config() const { return config_; }
+  // Tensor parallelism: this rank's cut (the whole model when not split). A rank other
+  // than 0 is a worker: it never takes a forward call; run_tp_worker runs the steps rank
+  // 0's forward calls send, on this rank's shard and its own twin of each KV cache (K/V
+  // of its heads only), until rank 0's model is destroyed. Throws ridge::Error on rank 0.
+  const TpShard& shard() const { return shard_; }
+  bool is_tp_worker() const { return comm_ != nullptr && comm_->rank() != 0; }
+  void run_tp_worker();
   const gguf::File& file() const { return file_; }
   ThreadPool& pool() { return pool_; }
   int32_t max_batch_tokens() const { return options_.max_batch_tokens; }
   // Weight bytes a one-token forward step reads: every matrix once (of a mixture of
   // experts, the n_expert_used experts' share: the active bytes), and of an untied token
-  // embedding one row (a tied one is the output matrix, read whole).
+  // embedding one row (a tied one is the output matrix, read whole). Under tensor
+  // parallelism, what this rank reads: its slices.
   double weight_bytes_per_step() const;
   // Of weight_bytes_per_step, the experts' share (0 for a dense model).
   double active_expert_bytes_per_step() const;
@@ -127,7 +147,8 @@ class Model {
   // Bytes the converted layer matrices take beyond the file's (negative: fewer); 0 as stored.
   double converted_bytes_delta() const { return converted_bytes_delta_; }
 
-  // A KV cache layout for this model: one spec per layer with its window.
+  // A KV cache layout for this model: one spec per layer with its window. Under tensor
+  // parallelism, this rank's KV heads: budget_bytes is per rank.
   KvCacheConfig kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context = 0) const;
 
   // Runs every token of the batch through the model: writes their K/V into the cache
@@ -165,6 +186,13 @@ class Model {
   void mlp_layer(int il, int32_t n_tokens);
   void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp
   void route_tokens(int il, int32_t n_tokens);
+  void load_step_tables(const Batch& batch, const KvCache& cache);
+  void run_layers(const Batch& batch, KvCache& cache);
+  void all_reduce(float* x, int64_t n);
+  void gather_logits(float* logits, int32_t n);  // rank 0: [n][n_vocab], its columns first
+  void tp_worker_logits(const Batch& batch, int32_t max_rows);
+  // Tensor parallelism (model_tp.cpp): rank 0 announces a new cache, then sends each step.
+  void send_tp_step(const Batch& batch, const KvCache& cache, int32_t max_rows);
   float* rope_table(int index) {
     return rope_tables_.data() + static_cast<size_t>(index) * options_.max_batch_tokens * config_.n_rot;
   }
@@ -173,6 +201,20 @@ class Model {
   ModelOptions options_;
   ModelConfig config_;
   ModelWeights weights_;
+  Communicator* comm_ = nullptr;  // null: not split
+  TpShard shard_;
+  ModelConfig shard_config_;      // config_ with this rank's n_head, n_kv_head and n_ff:
+                                  // what the forward pass computes
+  // This step's block tables, [batch sequence][KV group]: the cache's own on rank 0, the
+  // message's entries (tp_ints_) on the other ranks.
+  std::vector<std::span<const int32_t>> step_tables_;
+  std::vector<int32_t> tp_ints_;              // a step's message, as sent or received
+  std::vector<uint64_t> tp_sent_caches_;      // rank 0: ids of the caches the others hold, LRU first
+  std::vector<uint64_t> tp_dropped_caches_;   // rank 0: ids dropped from that list
+  std::vector<std::pair<uint64_t, std::unique_ptr<KvCache>>> tp_caches_;  // other ranks: twins by id
+  Batch tp_batch_;                            // other ranks: the step received
+  std::vector<int64_t> tp_vocab_first_;       // [n_ranks + 1] each rank's first output row
+  std::vector<float> tp_logits_;              // other ranks: [max_rows][shard_.n_vocab]
   std::vector<std::vector<uint8_t>> converted_;  // layer matrices under WeightFormat::kNf4/kInt8
   std::vector<std::vector<float>> converted_vectors_;  // and copies of their layers' norms and biases
   double converted_bytes_delta_ = 0;             // their bytes less the file's

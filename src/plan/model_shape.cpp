@@ -85,6 +85,9 @@ ModelShape shape_from_preset(const ModelPreset& p) {
   m.source = str_cat("preset: ", p.repo, " config.json");
   m.note = p.note;
   m.n_params = count_params(p);
+  m.n_whole_params = int64_t{p.n_vocab} * p.n_embd +
+                     p.n_layer * (int64_t{p.norms_per_layer} * p.n_embd + (p.qk_norm ? 2 * int64_t{p.d_head} : 0)) +
+                     p.n_embd;
   m.n_layer = p.n_layer;
   m.n_embd = p.n_embd;
   m.n_head = p.n_head;
@@ -98,6 +101,21 @@ ModelShape shape_from_preset(const ModelPreset& p) {
       if (p.global_every == 0 || il % p.global_every != p.global_every - 1) m.layer_window[il] = p.window;
   return m;
 }
+
+namespace {
+
+// The tensors tensor parallelism splits (model/tensor_parallel.h): projections,
+// feed-forward matrices (dense or experts'), the q/k/v biases and the output matrix.
+bool is_split_tensor(const std::string& name) {
+  if (name == "output.weight") return true;
+  if (name.rfind("blk.", 0) != 0) return false;
+  for (const char* part : {".attn_q.", ".attn_k.", ".attn_v.", ".attn_qkv.", ".attn_output.", ".ffn_gate", ".ffn_up",
+                           ".ffn_down"})
+    if (name.find(part) != std::string::npos) return name.find("_inp.") == std::string::npos;
+  return false;
+}
+
+}  // namespace
 
 ModelShape shape_from_gguf(const gguf::File& file) {
   const ModelConfig c = ModelConfig::from_gguf(file);
@@ -118,6 +136,10 @@ ModelShape shape_from_gguf(const gguf::File& file) {
   for (const gguf::TensorInfo& t : file.tensors()) {
     m.n_params += t.n_elements();
     m.file_weight_bytes += static_cast<double>(t.nbytes);
+    if (!is_split_tensor(t.name)) {
+      m.n_whole_params += t.n_elements();
+      m.file_whole_bytes += static_cast<double>(t.nbytes);
+    }
     bytes_by_type[std::string(dtype_name(t.dtype))] += static_cast<double>(t.nbytes);
   }
   std::vector<std::pair<double, std::string>> by_size;

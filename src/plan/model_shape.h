@@ -26,6 +26,9 @@ struct ModelShape {
   std::string source;   // "preset: meta-llama/Meta-Llama-3-70B config.json" or the file path
   std::string note;     // caveats worth printing (vision tower not counted, ...)
   int64_t n_params = 0;
+  // Of those, what tensor parallelism keeps whole on every rank: the token embedding and
+  // the norms (the layer matrices, their biases and an untied output matrix are split).
+  int64_t n_whole_params = 0;
   int32_t n_layer = 0;
   int32_t n_embd = 0;
   int32_t n_head = 0;
@@ -36,6 +39,7 @@ struct ModelShape {
   std::vector<int32_t> layer_window;  // [n_layer] sliding window in tokens; 0 = global
   // GGUF only: the weights as stored, and their types ("q4_K 61%, q6_K 39%" by bytes).
   double file_weight_bytes = 0.0;
+  double file_whole_bytes = 0.0;  // of those, the tensors of n_whole_params
   std::string file_weight_types;
 
   // Layers per window size (0 = global), e.g. {0: 10, 1024: 52}.

@@ -28,6 +28,68 @@ std::string small_bytes(double bytes) {
   return out;
 }
 
+// KV heads a rank holds: its share, or one repeated head when there are more ranks.
+int32_t rank_kv_heads(const ModelShape& m, int tp) {
+  if (m.n_head % tp != 0)
+    throw Error(str_cat("--tp ", tp, ": ", m.display, " has ", m.n_head, " attention heads, which do not divide by ", tp));
+  if (m.n_kv_head % tp == 0) return m.n_kv_head / tp;
+  if (tp % m.n_kv_head == 0) return 1;
+  throw Error(str_cat("--tp ", tp, ": ", m.display, " has ", m.n_kv_head, " KV heads; ", tp,
+                      " ranks must divide them or be a multiple of them"));
+}
+
+template <class Line>
+SizeReport add_tensor_parallel(const ModelShape& m, const Deployment& d, SizeReport& r, Line&& line) {
+  const int tp = d.tp;
+  const int32_t kv_heads = rank_kv_heads(m, tp);
+  line("tensor parallel", str_cat(tp, " ranks: ", m.n_head, " / ", tp, " = ", m.n_head / tp, " query heads and ",
+                                  kv_heads, " of ", m.n_kv_head, " KV heads each", kv_heads * tp > m.n_kv_head ? " (repeated)" : ""),
+       "");
+  const double whole = d.weights.from_file ? m.file_whole_bytes
+                                           : static_cast<double>(m.n_whole_params) * d.weights.bytes_per_value;
+  const double split = r.weight_bytes - whole;
+  r.rank_weight_bytes = split / tp + whole;
+  line("  weights per rank", str_cat(format_si(split), " (layers, output) / ", tp, " + ", format_si(whole),
+                                     " (embedding, norms: whole)"),
+       format_both(r.rank_weight_bytes));
+  const double share = static_cast<double>(kv_heads) / m.n_kv_head;
+  r.rank_kv_bytes_per_token = r.kv_bytes_per_token * share;
+  r.rank_kv_bytes_per_conversation = r.kv_bytes_per_conversation * share;
+  line("  KV per token per rank", str_cat(format_count(static_cast<int64_t>(r.kv_bytes_per_token)), " B x ", kv_heads,
+                                          " / ", m.n_kv_head, " KV heads"),
+       small_bytes(r.rank_kv_bytes_per_token));
+  line("  KV per conversation per rank", str_cat(format_si(r.kv_bytes_per_conversation), " x ", kv_heads, " / ",
+                                                 m.n_kv_head),
+       format_both(r.rank_kv_bytes_per_conversation));
+  const double reduce = 2.0 * m.n_layer * m.n_embd * 4.0;
+  line("  all-reduce per token", str_cat("2 x ", m.n_layer, " layers x ", m.n_embd, " x 4 B (f32), each rank"),
+       small_bytes(reduce));
+  if (!d.gpus) return r;
+  const GpuSpec& g = *d.gpus;
+  if (g.count != tp)
+    throw Error(str_cat("--tp ", tp, " needs one device or host per rank: --gpus ", tp, "xSIZE, not ", g.count, "x"));
+  r.total_bytes = g.total_bytes();
+  r.reserve_bytes = d.reserve.of(r.total_bytes);
+  const double rank_reserve = r.reserve_bytes / tp;
+  const double rank_free = g.bytes_each - r.rank_weight_bytes - rank_reserve;
+  r.free_bytes = rank_free * tp;
+  line("  memory per rank", str_cat(format_both(g.bytes_each), rank_reserve > 0 ? str_cat(", reserve ", format_si(rank_reserve)) : ""),
+       "");
+  line("  free for KV per rank", str_cat(format_si(g.bytes_each), " - ", format_si(r.rank_weight_bytes), " (weights)",
+                                         rank_reserve > 0 ? str_cat(" - ", format_si(rank_reserve), " (reserve)") : ""),
+       rank_free >= 0 ? format_both(rank_free) : str_cat("-", format_both(-rank_free), ": the weights do not fit"));
+  if (rank_free > 0) {
+    const double ratio = rank_free / r.rank_kv_bytes_per_conversation;
+    r.max_conversations = static_cast<int64_t>(std::floor(ratio));
+    line("max concurrent", str_cat("floor(", format_si(rank_free), " / ", format_si(r.rank_kv_bytes_per_conversation),
+                                   ") = floor(", format_fixed(ratio, 2), ")"),
+         str_cat(format_count(r.max_conversations), " conversations of ", format_count(d.ctx), " tokens"));
+  } else {
+    line("max concurrent", "no memory left for the KV cache on a rank", "0 conversations");
+  }
+  return r;
+}
+
 }  // namespace
 
 NumberFormat parse_weight_format(std::string_view text) {
@@ -80,6 +142,7 @@ double weight_bytes(const ModelShape& model, const NumberFormat& weights) {
 
 SizeReport compute_size(const ModelShape& m, const Deployment& d) {
   if (d.ctx < 1) throw Error(str_cat("--ctx ", d.ctx, ": the context must be at least 1 token"));
+  if (d.tp < 1) throw Error(str_cat("--tp ", d.tp, ": at least 1 rank"));
   SizeReport r;
   auto line = [&](std::string label, std::string formula, std::string result) {
     r.lines.push_back({std::move(label), std::move(formula), std::move(result)});
@@ -125,6 +188,7 @@ SizeReport compute_size(const ModelShape& m, const Deployment& d) {
          small_bytes(r.kv_bytes_per_conversation / static_cast<double>(d.ctx)));
   }
 
+  if (d.tp > 1) return add_tensor_parallel(m, d, r, line);
   if (!d.gpus) return r;
   const GpuSpec& g = *d.gpus;
   r.total_bytes = g.total_bytes();

@@ -43,6 +43,11 @@ struct Deployment {
   NumberFormat weights;
   NumberFormat kv;
   Reserve reserve;
+  // Tensor-parallel ranks (ridge's --tp): each holds 1/tp of the layer matrices and of the
+  // KV heads (a KV head repeated when there are fewer than ranks) and of the output
+  // matrix, plus the embedding and norms whole. With GPUs (or hosts) their count must equal tp, and
+  // each one's memory holds one rank.
+  int tp = 1;
 };
 
 // One step of the arithmetic, printed as "label  formula  = result".
@@ -62,6 +67,10 @@ struct SizeReport {
   double reserve_bytes = 0.0;
   double free_bytes = 0.0;                 // total - weights - reserve; may be negative
   int64_t max_conversations = 0;
+  // Tensor parallelism (tp > 1), per rank:
+  double rank_weight_bytes = 0.0;
+  double rank_kv_bytes_per_token = 0.0;
+  double rank_kv_bytes_per_conversation = 0.0;
   std::vector<ArithmeticLine> lines;
 };
 
@@ -73,7 +82,8 @@ double kv_bytes_for_context(const ModelShape& model, double kv_bytes_per_value, 
 // "file" on a model with no file.
 double weight_bytes(const ModelShape& model, const NumberFormat& weights);
 
-// Throws ridge::Error for ctx < 1 or "file" weights of a preset.
+// Throws ridge::Error for ctx < 1, "file" weights of a preset, or a tp the model's heads
+// do not split into (as ridge --tp refuses it), or GPUs not one per rank.
 SizeReport compute_size(const ModelShape& model, const Deployment& deployment);
 
 }  // namespace ridge::plan

@@ -196,5 +196,27 @@ TEST(Sizing, LoadModelShapePrefersPresetsThenFiles) {
   EXPECT_EQ(load_model_shape("stories", fixture).n_layer, 5);
 }
 
+// Tensor parallelism: Llama 3 70B at q4_K over 4 ranks of 64 GB. The layer matrices and
+// the output matrix split 4 ways, the embedding (128256 x 8192) and the norms stay whole;
+// each rank holds 2 of the 8 KV heads.
+TEST(Sizing, TensorParallelPerRank) {
+  const ModelShape m = preset("llama3-70b");
+  Deployment d = deployment("4x64GB", 8192, "q4_K", "fp16");
+  d.tp = 4;
+  const SizeReport r = compute_size(m, d);
+  const double whole = (128256.0 * 8192 + 80.0 * 2 * 8192 + 8192) * 0.5625;
+  EXPECT_DOUBLE_EQ(m.n_whole_params, 128256LL * 8192 + 80LL * 2 * 8192 + 8192);
+  EXPECT_NEAR(r.rank_weight_bytes, (r.weight_bytes - whole) / 4 + whole, 1.0);
+  EXPECT_DOUBLE_EQ(r.rank_kv_bytes_per_token, 327680.0 / 4);
+  EXPECT_DOUBLE_EQ(r.rank_kv_bytes_per_conversation, r.kv_bytes_per_conversation / 4);
+  EXPECT_EQ(r.max_conversations,
+            static_cast<int64_t>((64e9 - r.rank_weight_bytes) / r.rank_kv_bytes_per_conversation));
+  // Heads, or devices, that do not match the ranks are errors.
+  d.tp = 3;
+  EXPECT_THROW(compute_size(m, d), Error);  // 64 heads
+  d.tp = 2;
+  EXPECT_THROW(compute_size(m, d), Error);  // 4 devices for 2 ranks
+}
+
 }  // namespace
 }  // namespace ridge::plan
