@@ -196,6 +196,7 @@ struct AttentionTileStep {
   const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
   int64_t q_token_stride = 0;
   const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
+  const uint16_t* qa = nullptr;   // AMX step only: attention_amx_queries of the rows
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
   const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
   const T* const* v_rows = nullptr;  // likewise V
@@ -229,6 +230,31 @@ void attention_tile_step_avx2(const AttentionTileStep<float>& step);
 void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step);
 void attention_tile_step_avx512(const AttentionTileStep<float>& step);
 void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
+
+// The step over f16 caches on the AMX tile unit (attention_tile_amx.cpp), in split bf16:
+// each f32 operand x = hi + lo, hi = bf16(x), lo = bf16(x - hi) (nearest even), products
+// summed by tdpbf16ps into f32 tiles. Per row (independent of the other rows, the lanes
+// outside the row's range and the tile config, so a token's output still has the same
+// bits whatever tile, part or thread computed it):
+//   s[l] = tile sums over d of k[l][d] * qs[d], qs = scale * q, per 32 values of d in
+//          order: k_hi qs_hi, k_lo qs_hi, k_hi qs_lo (an f16 k is exact in hi + lo)
+//   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
+//   new_max = max(max, max_l s[l]); c = e(max - new_max); acc *= c unless c == 1
+//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum = sum * c + ((S0 + S1) + S2) + S3
+//   acc[d] = tile sums over l of p[l] * v[l][d], per 32 lanes in order: p_hi v_hi,
+//            p_hi v_lo, p_lo v_hi (zeros for lanes outside the step's range or null rows)
+// with e = attention_exp_poly and Sg as for the other steps. Not the scalar step's bits:
+// a product is good to about 2^-16 of |q||k| (f32: 2^-24). The rows' queries come
+// prepared once per item by attention_amx_queries, as the B operand of the scores:
+//   qb: [2][d_head / 2][round_up(rows, 16)][2] bf16, hi parts then lo parts; element
+//   (p, row, j) is scale * q[2p + j] of row i * n_heads + r (at q + i * q_token_stride
+//   + r * d_head); zero past the rows
+// Call only when attention_tile_amx_usable(d_head): AMX-BF16 with the tile permission
+// (cpu_supports(Isa::kAmxInt8)), and d_head a multiple of 64.
+bool attention_tile_amx_usable(int64_t d_head);
+void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
+                           float scale, uint16_t* qb);
+void attention_tile_step_amx(const AttentionTileStep<uint16_t>& step);
 
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 
 namespace ridge::kernels {
 
@@ -76,7 +78,37 @@ size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head) {
   // K^T [d_head rounded to 16][keys], V rows [keys][d_head], scores [keys][rows rounded to
   // 16], max, sum, correction and lane range per row, and a zero row.
   const int64_t rows = (n_rows + 15) / 16 * 16;
-  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head);
+  const int64_t simd = ((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head;
+  // The AMX step's (attention_tile_amx.cpp): K and V hi/lo in tile layouts (d_head x
+  // kKeys floats each), then one group of 16 rows' scores, probabilities as floats and as
+  // bf16 hi/lo, max, sum, correction and lane range, its P * V of 64 columns, and a zero
+  // row.
+  const int64_t amx = 2 * d_head * kKeys + 3 * 16 * kKeys + 5 * 16 + 16 * 64 + d_head;
+  return static_cast<size_t>(std::max(simd, amx));
+}
+
+bool attention_tile_amx_usable(int64_t d_head) {
+  static const bool usable = cpu_supports(Isa::kAmxInt8) && cpu_features().amx_bf16;
+  return usable && d_head > 0 && d_head % 64 == 0;
+}
+
+void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
+                           float scale, uint16_t* qb) {
+  const int64_t n_rows = n_tokens * n_heads, rows_pad = (n_rows + 15) / 16 * 16;
+  uint16_t* qb_lo = qb + rows_pad * d_head;
+  std::fill(qb, qb + 2 * rows_pad * d_head, uint16_t{0});
+  for (int64_t i = 0; i < n_tokens; ++i)
+    for (int64_t r = 0; r < n_heads; ++r) {
+      const float* x = q + i * q_token_stride + r * d_head;
+      const int64_t row = i * n_heads + r;
+      for (int64_t d = 0; d < d_head; ++d) {
+        const float v = x[d] * scale;
+        const uint16_t hi = fp32_to_bf16(v);
+        const int64_t at = (d / 2 * rows_pad + row) * 2 + d % 2;
+        qb[at] = hi;
+        qb_lo[at] = fp32_to_bf16(v - bf16_to_fp32(hi));
+      }
+    }
 }
 
 // avx2_math.h exp256, one lane: the same operations in the same order.
