@@ -239,12 +239,14 @@ void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
 //   s[l] = tile sums over d of k[l][d] * qs[d], qs = scale * q, per 32 values of d in
 //          order: k_hi qs_hi, k_lo qs_hi, k_hi qs_lo (an f16 k is exact in hi + lo)
 //   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
-//   new_max = max(max, max_l s[l]); c = e(max - new_max); acc *= c unless c == 1
+//   new_max = max(max, max_l s[l]); c = e(max - new_max)
 //   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum = sum * c + ((S0 + S1) + S2) + S3
-//   acc[d] = tile sums over l of p[l] * v[l][d], per 32 lanes in order: p_hi v_hi,
-//            p_hi v_lo, p_lo v_hi (zeros for lanes outside the step's range or null rows)
-// with e = attention_exp_poly and Sg as for the other steps. Not the scalar step's bits:
-// a product is good to about 2^-16 of |q||k| (f32: 2^-24). The rows' queries come
+//   pv[d] = tile sums over l of p[l] * v[l][d] from 0, per 32 lanes in order: p_hi v_hi,
+//           p_hi v_lo, p_lo v_hi (zeros for lanes outside the step's range or null rows)
+//   acc[d] = fma(acc[d], c, pv[d])
+// with Sg as for the other steps and e the step's own exp (2^n * a degree-6 polynomial
+// of 2^f, about 1e-6 relative). Not the scalar step's bits: a product is good to about
+// 2^-16 of |q||k| (f32: 2^-24). The rows' queries come
 // prepared once per item by attention_amx_queries, as the B operand of the scores:
 //   qb: [2][d_head / 2][round_up(rows, 16)][2] bf16, hi parts then lo parts; element
 //   (p, row, j) is scale * q[2p + j] of row i * n_heads + r (at q + i * q_token_stride
