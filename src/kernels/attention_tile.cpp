@@ -92,24 +92,6 @@ bool attention_tile_amx_usable(int64_t d_head) {
   return usable && d_head > 0 && d_head % 64 == 0;
 }
 
-void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
-                           float scale, uint16_t* qb) {
-  const int64_t n_rows = n_tokens * n_heads, rows_pad = (n_rows + 15) / 16 * 16;
-  uint16_t* qb_lo = qb + rows_pad * d_head;
-  std::fill(qb, qb + 2 * rows_pad * d_head, uint16_t{0});
-  for (int64_t i = 0; i < n_tokens; ++i)
-    for (int64_t r = 0; r < n_heads; ++r) {
-      const float* x = q + i * q_token_stride + r * d_head;
-      const int64_t row = i * n_heads + r;
-      for (int64_t d = 0; d < d_head; ++d) {
-        const float v = x[d] * scale;
-        const uint16_t hi = fp32_to_bf16(v);
-        const int64_t at = (d / 2 * rows_pad + row) * 2 + d % 2;
-        qb[at] = hi;
-        qb_lo[at] = fp32_to_bf16(v - bf16_to_fp32(hi));
-      }
-    }
-}
 
 // avx2_math.h exp256, one lane: the same operations in the same order.
 float attention_exp_poly(float x) {

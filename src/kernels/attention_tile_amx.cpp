@@ -251,6 +251,36 @@ void pack_probabilities(const float* sT, int64_t s_stride, float* p, uint16_t* p
 
 }  // namespace
 
+void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
+                           float scale, uint16_t* qb) {
+  const int64_t n_rows = n_tokens * n_heads, rows_pad = (n_rows + 15) / 16 * 16;
+  auto* hi_pairs = reinterpret_cast<uint32_t*>(qb);  // [d_head / 2][rows_pad]
+  uint32_t* lo_pairs = hi_pairs + d_head / 2 * rows_pad;
+  const __m512 sc = _mm512_set1_ps(scale);
+  // 16 rows by 32 values at a time: split in row order, then transposed to pairs by rows.
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += 16)
+    for (int64_t d0 = 0; d0 < d_head; d0 += 32) {
+      __m512 hi[16], lo[16];
+      for (int i = 0; i < 16; ++i) {
+        const int64_t row = r0 + i;
+        if (row >= n_rows) {
+          hi[i] = lo[i] = _mm512_setzero_ps();
+          continue;
+        }
+        const float* x = q + row / n_heads * q_token_stride + row % n_heads * d_head + d0;
+        const Split sp = split32(_mm512_mul_ps(_mm512_loadu_ps(x), sc), _mm512_mul_ps(_mm512_loadu_ps(x + 16), sc));
+        hi[i] = _mm512_castsi512_ps(sp.hi);
+        lo[i] = _mm512_castsi512_ps(sp.lo);
+      }
+      transpose16(hi);
+      transpose16(lo);
+      for (int p = 0; p < 16; ++p) {
+        _mm512_storeu_ps(hi_pairs + (d0 / 2 + p) * rows_pad + r0, hi[p]);
+        _mm512_storeu_ps(lo_pairs + (d0 / 2 + p) * rows_pad + r0, lo[p]);
+      }
+    }
+}
+
 void attention_tile_step_amx(const AttentionTileStep<uint16_t>& st) {
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
   const int64_t rows_pad = (n_rows + 15) / 16 * 16;

@@ -159,6 +159,7 @@ TEST(AttentionAmx, StepMatchesTheScalarStepWithinItsRounding) {
 }
 
 TEST(AttentionAmx, QueriesSplitIntoBf16HiAndLoPairs) {
+  SKIP_WITHOUT_AMX_BF16();  // attention_amx_queries is AVX-512 code
   const int64_t n_tokens = 3, n_heads = 2, d_head = 64, rows_pad = 16, n_rows = n_tokens * n_heads;
   const auto q = random_floats(n_rows * d_head, 5);
   std::vector<uint16_t> qb(2 * rows_pad * d_head, 0xffff);
