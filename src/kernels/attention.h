@@ -4,12 +4,15 @@
 // running max and running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
 // small matrix products (AttentionTileStep: scores of the rows against the step's keys,
 // then P * V) with register-blocked AVX-512 and AVX2 kernels; the causal and window
-// masks touch only the steps a row partly sees. Decode is an item of one token; when
+// masks touch only the steps a row partly sees; on CPUs with AMX-BF16 an f16 cache's
+// steps run on the tile unit instead (attention_tile_step_amx, split bf16, tiles of up to
+// 64 tokens), for every item. Decode is an item of one token; when
 // items are fewer than threads, each GQA group's query heads are cut into parts. Keys are
 // taken in chunks of 256 positions whose partial softmaxes merge in order, so when items
 // are still fewer than threads the chunks of one item run on several threads. Every
 // path runs the same step arithmetic per row, so a token's output has the same bits
-// whatever tile, part or thread computed it.
+// whatever tile, part or thread computed it (the AMX step is its own arithmetic, used for
+// every item of the call, so this holds there too).
 //
 // The cache holds f32 (T = float), IEEE-half f16 (T = uint16_t, the bits), bf16, Q8_0 or
 // Q4_0 K/V; the f16 steps widen 8 or 16 halves per load in registers (F16C) and run the
@@ -97,7 +100,8 @@ void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> seq
 
 // attention with the inner loops of a given ISA, one cpu_supports (throws ridge::Error
 // otherwise): kAvx2 and kAvxVnni run the AVX2 loops, kAvx512Vnni and kAmxInt8 the AVX-512
-// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0.
+// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0, except that kAmxInt8
+// runs f16 caches on the AMX step when attention_tile_amx_usable(d_head).
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
