@@ -6,22 +6,23 @@
 // term is below 2^-18 of a product: about 2^-16 relative per product, where the f32
 // steps have 2^-24 (attention.h states the arithmetic; docs/long-context.md the KLD).
 //
-// Layout, rows = the tile's query rows (token i, head r at row i * n_heads + r):
-//   scores S[rows][64 keys] = Qa[rows][d] * Kb  (A: the queries as bf16 rows, prepared
-//     once per item by attention_amx_queries; B: the step's keys in pair-interleaved
-//     (VNNI) layout, Kb[d / 2][key] = (k[key][2p], k[key][2p + 1]), a 16 x 16 dword
-//     transpose per 16 keys and 32 values)
-//   online softmax on the rows of S with AVX-512 (each row's max, exp and sum)
-//   acc[rows][d] = acc * correction + Pa[rows][64 keys] * Vb  (A: the probabilities as
-//     bf16 rows; B: Vb[key / 2][d] = (v[2j][d], v[2j + 1][d]), no transpose)
-// The accumulators are the tile's own rows of AttentionTileStep::acc: the C tiles load
-// and store exactly the tile's rows (the last row group has its own tile config).
+// Per step of 64 keys, the K and V rows are split once for all the item's rows (up to 64
+// tokens times the GQA group's heads); then, 16 rows at a time, all phases back to back
+// so the group's data stays in L1:
+//   scores, transposed: sT[64 keys][16 rows] = Ka[keys][d] * Qb  (A: the keys as bf16
+//     rows, no transpose; B: the queries pair-interleaved (VNNI), Qb[d / 2][row] =
+//     (q[row][2p], q[row][2p + 1]), prepared once per item by attention_amx_queries)
+//   the online softmax down the keys with AVX-512, 16 rows in the lanes (no horizontal
+//     reductions), then the probabilities transposed to rows (16 x 16 per 16 keys)
+//   pv[16 rows][d] = Pa[rows][64 keys] * Vb  (A: the probabilities as bf16 rows; B:
+//     Vb[key / 2][d] = (v[2j][d], v[2j + 1][d]), no transpose), from zero
+//   acc = fma(acc, correction, pv) with AVX-512
+// The last group of a tile may have fewer rows: its P * V tiles have exactly its rows.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
 #include "kernels/attention.h"
 
