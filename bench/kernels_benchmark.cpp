@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/fp16.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -211,6 +212,52 @@ BENCHMARK_CAPTURE(BM_Attention, gemma3_270m_heads4_kv1_d256, 4, 1, 256)
     ->ArgNames({"n_ctx", "n_q"})
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
+
+// Attention over an f16 cache on one thread, per step family: prefill of n_q tokens after
+// n_ctx - n_q cached ones (n_q = 512 at 4608 is `ridge bench -p 512 -d 4096`'s last
+// chunk), or decode (n_q = 1). Process CPU time, so other work on the machine does not
+// count; the AMX step (Isa::kAmxInt8 on an AMX-BF16 CPU) against the AVX-512 one.
+void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
+  if (!cpu_supports(isa) || (isa == Isa::kAmxInt8 && !attention_tile_amx_usable(d_head))) {
+    state.SkipWithError("this CPU lacks the ISA (or AMX-BF16)");
+    return;
+  }
+  const int64_t n_ctx = state.range(0), n_q = state.range(1), block_size = 16;
+  const int64_t n_blocks = n_ctx / block_size, row = n_kv_head * d_head;
+  std::vector<uint16_t> k, v;
+  for (float x : random_floats(static_cast<size_t>(n_blocks * block_size * row), 1)) k.push_back(fp32_to_fp16(x));
+  for (float x : random_floats(k.size(), 2)) v.push_back(fp32_to_fp16(x));
+  const auto q = random_floats(static_cast<size_t>(n_q * n_head * d_head), 3);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> pos(static_cast<size_t>(n_q));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(n_ctx - n_q));
+  std::vector<float> out(q.size());
+  ThreadPool pool(1);
+  Scratch scratch(pool.n_threads(), attention_scratch_floats(n_head, n_kv_head, d_head, block_size));
+  scratch.reserve_shared(size_t{1} << 20);
+  const PagedKvLayer<uint16_t> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
+  const AttentionSequence seq{q.data(), pos.data(), n_q, table, n_ctx, out.data()};
+  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(d_head)), 0.0f, 0};
+  for (auto _ : state) {
+    attention_isa(kv, std::span<const AttentionSequence>(&seq, 1), n_head, params, pool, scratch, isa);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_q), benchmark::Counter::kIsRate);
+}
+
+BENCHMARK_CAPTURE(BM_AttentionF16, avx512_qwen2_0_5b, Isa::kAvx512Vnni, 14, 2, 64)
+    ->Args({4608, 512})
+    ->Args({4096, 1})
+    ->ArgNames({"n_ctx", "n_q"})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionF16, amx_qwen2_0_5b, Isa::kAmxInt8, 14, 2, 64)
+    ->Args({4608, 512})
+    ->Args({4096, 1})
+    ->ArgNames({"n_ctx", "n_q"})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 
 const int kRegistered = (register_matmul(), 0);
 

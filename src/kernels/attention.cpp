@@ -31,8 +31,11 @@ struct Shape {
 // drafts) processed together per KV head, so each K/V block is read once for all of
 // them and the scores and P * V are small matrix products (AttentionTileStep). A single
 // token is a tile of one, so every token goes through the same steps whatever tile it
-// is in, and its output has the same bits.
-constexpr int64_t kMaxTileTokens = 16;
+// is in, and its output has the same bits. The AMX step takes tiles of up to 64 tokens:
+// its per-step cost is dominated by reading and splitting the step's K/V rows, which a
+// bigger tile shares among more rows (kMaxTileTokens sizes the scratch for either).
+constexpr int64_t kSimdTileTokens = 16;
+constexpr int64_t kMaxTileTokens = 64;
 
 // Partial (or running) softmax states of rows (tokens x heads of a group).
 struct Partial {
@@ -166,14 +169,28 @@ void step_by_rows(const AttentionTileStep<T>& st) {
 template <class T>
 using TileStep = void (*)(const AttentionTileStep<T>&);
 
+// The step every item of a call runs, and whether it takes its queries as the AMX step's
+// split bf16 rows (attention_amx_queries) instead of transposed floats.
 template <class T>
-TileStep<T> step_for(Isa isa) {
+struct StepKernel {
+  TileStep<T> step;
+  bool amx_queries = false;
+  int64_t tile_tokens = kSimdTileTokens;  // most tokens per item
+};
+
+// f16 caches on an AMX-BF16 CPU (Isa::kAmxInt8, which has the tile permission) run the
+// AMX step for every item, decode included, so a token's bits do not depend on its batch.
+template <class T>
+StepKernel<T> step_for(Isa isa, int64_t d_head) {
+  if constexpr (std::is_same_v<T, uint16_t>) {
+    if (isa == Isa::kAmxInt8 && attention_tile_amx_usable(d_head)) return {attention_tile_step_amx, true, kMaxTileTokens};
+  }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
-    if (isa_has_avx512(isa)) return attention_tile_step_avx512;
-    if (isa_has_avx2(isa)) return attention_tile_step_avx2;
-    return attention_tile_step_scalar;
+    if (isa_has_avx512(isa)) return {attention_tile_step_avx512};
+    if (isa_has_avx2(isa)) return {attention_tile_step_avx2};
+    return {attention_tile_step_scalar};
   } else {
-    return isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>;
+    return {isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>};
   }
 }
 
@@ -213,11 +230,15 @@ void transpose_queries(const ItemRef& item, const Shape& s, float* qt) {
   }
 }
 
-// The item's queries as its steps take them, into `buffer` (a TileScratch's qt): transposed
-// for the tiled steps, quantized to Q8_0 rows for Q8_0/Q4_0 K, nothing for bf16.
+// The item's queries as its steps take them, into `buffer` (a TileScratch's qt): split
+// bf16 rows for the AMX step (they fit: 2 x 2 bytes per float of qt), transposed for the
+// other tiled steps, quantized to Q8_0 rows for Q8_0/Q4_0 K, nothing for bf16.
 template <class T>
-void prepare_queries(const ItemRef& item, const Shape& s, float* buffer) {
-  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
+void prepare_queries(const ItemRef& item, const Shape& s, const StepKernel<T>& kernel, float scale, float* buffer) {
+  if (kernel.amx_queries) {
+    attention_amx_queries(query_of(item, 0, s), s.n_head * s.d_head, item.n_t, item.n_heads, s.d_head, scale,
+                          reinterpret_cast<uint16_t*>(buffer));
+  } else if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
     transpose_queries(item, s, buffer);
   } else if constexpr (kQuantizedQuery<T>) {
     auto* q8 = reinterpret_cast<BlockQ8_0*>(buffer);  // fits: 34 bytes per 32 values, qt has 128
@@ -232,7 +253,7 @@ void prepare_queries(const ItemRef& item, const Shape& s, float* buffer) {
 template <class T>
 void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
                    const int64_t* begin, const int64_t* end, const Partial& out, const float* qt, float* work,
-                   TileStep<T> step) {
+                   const StepKernel<T>& kernel) {
   const AttentionSequence& seq = *item.seq;
   const int64_t n_t = item.n_t, row_stride = unit_row_stride<T>(s);
   clear(out, s, n_t * item.n_heads);
@@ -245,6 +266,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   st.qt = qt;
   st.qt_stride = qt_stride(n_t * item.n_heads);
   if constexpr (kQuantizedQuery<T>) st.q8 = reinterpret_cast<const BlockQ8_0*>(qt);
+  if (kernel.amx_queries) st.qa = reinterpret_cast<const uint16_t*>(qt);
   st.q = query_of(item, 0, s);
   st.q_token_stride = s.n_head * s.d_head;
   st.n_tokens = n_t;
@@ -297,7 +319,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
     }
     st.lane_begin = union_begin;
     st.lane_end = union_end;
-    step(st);
+    kernel.step(st);
   }
 }
 
@@ -343,7 +365,7 @@ void chunk_range(int64_t first, int64_t last, int64_t c, int64_t* begin, int64_t
 // partial merged into its total as they come.
 template <class T>
 void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
-                 const TileScratch& it, TileStep<T> step) {
+                 const TileScratch& it, const StepKernel<T>& kernel) {
   const int64_t n_t = item.n_t, n_heads = item.n_heads;
   int64_t first[kMaxTileTokens], last[kMaxTileTokens], lo = INT64_MAX, hi = -1;
   for (int64_t i = 0; i < n_t; ++i) {
@@ -351,7 +373,7 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
     lo = std::min(lo, first[i]);
     hi = std::max(hi, last[i]);
   }
-  prepare_queries<T>(item, s, it.qt);
+  prepare_queries<T>(item, s, kernel, params.scale, it.qt);
   clear(it.total, s, n_t * n_heads);
   for (int64_t c = lo / kChunkKeys; c <= hi / kChunkKeys; ++c) {
     int64_t begin[kMaxTileTokens], end[kMaxTileTokens];
@@ -361,7 +383,7 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
       any = any || begin[i] < end[i];
     }
     if (!any) continue;
-    chunk_partial(kv, item, s, params, begin, end, it.chunk, it.qt, it.work, step);
+    chunk_partial(kv, item, s, params, begin, end, it.chunk, it.qt, it.work, kernel);
     for (int64_t i = 0; i < n_t; ++i)
       if (begin[i] < end[i])  // this token sees chunk c
         merge(rows_from(it.total, i * n_heads, s), rows_from(it.chunk, i * n_heads, s), s, n_heads);
@@ -403,7 +425,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     n_groups += std::max<int64_t>(0, sequences[i].n_q) * s.n_kv_head;
   }
   const int64_t n_threads = pool.n_threads();
-  const TileStep<T> step = step_for<T>(isa);
+  const StepKernel<T> kernel = step_for<T>(isa, s.d_head);
   // Tiles when the tokens alone give every thread work: as long as the tiles still do.
   int64_t tile = 1;
   auto n_tile_items = [&](int64_t size) {
@@ -412,7 +434,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     return n;
   };
   if (n_groups >= n_threads) {
-    tile = kMaxTileTokens;
+    tile = kernel.tile_tokens;
     while (tile > 1 && n_tile_items(tile) < n_threads) tile /= 2;
   }
   if (tile > 1) {
@@ -431,7 +453,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     };
     pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
       const TileScratch it = carve(scratch.thread_data(thread), s);
-      for (int64_t i = begin; i < end; ++i) attend_tile(kv, tile_at(i), s, params, it, step);
+      for (int64_t i = begin; i < end; ++i) attend_tile(kv, tile_at(i), s, params, it, kernel);
     });
     return;
   }
@@ -494,9 +516,9 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
           int64_t first, last, k_begin, k_end;
           visible_keys(*items[i].seq, items[i].t, params, &first, &last);
           chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
-          prepare_queries<T>(items[i], s, it.qt);
+          prepare_queries<T>(items[i], s, kernel, params.scale, it.qt);
           chunk_partial(kv, items[i], s, params, &k_begin, &k_end,
-                        partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, step);
+                        partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, kernel);
         }
       });
       const TileScratch it = carve(scratch.thread_data(0), s);
@@ -513,7 +535,7 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
   // Item costs grow with the position, so threads take them one at a time.
   pool.parallel_for_dynamic(n_items, 1, [&](int64_t begin, int64_t end, int thread) {
     const TileScratch it = carve(scratch.thread_data(thread), s);
-    for (int64_t item = begin; item < end; ++item) attend_tile(kv, item_at(item), s, params, it, step);
+    for (int64_t item = begin; item < end; ++item) attend_tile(kv, item_at(item), s, params, it, kernel);
   });
 }
 

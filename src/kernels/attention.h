@@ -4,12 +4,15 @@
 // running max and running sum per query row (online softmax). For f32 and f16 caches a step is a pair of
 // small matrix products (AttentionTileStep: scores of the rows against the step's keys,
 // then P * V) with register-blocked AVX-512 and AVX2 kernels; the causal and window
-// masks touch only the steps a row partly sees. Decode is an item of one token; when
+// masks touch only the steps a row partly sees; on CPUs with AMX-BF16 an f16 cache's
+// steps run on the tile unit instead (attention_tile_step_amx, split bf16, tiles of up to
+// 64 tokens), for every item. Decode is an item of one token; when
 // items are fewer than threads, each GQA group's query heads are cut into parts. Keys are
 // taken in chunks of 256 positions whose partial softmaxes merge in order, so when items
 // are still fewer than threads the chunks of one item run on several threads. Every
 // path runs the same step arithmetic per row, so a token's output has the same bits
-// whatever tile, part or thread computed it.
+// whatever tile, part or thread computed it (the AMX step is its own arithmetic, used for
+// every item of the call, so this holds there too).
 //
 // The cache holds f32 (T = float), IEEE-half f16 (T = uint16_t, the bits), bf16, Q8_0 or
 // Q4_0 K/V; the f16 steps widen 8 or 16 halves per load in registers (F16C) and run the
@@ -97,7 +100,8 @@ void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> seq
 
 // attention with the inner loops of a given ISA, one cpu_supports (throws ridge::Error
 // otherwise): kAvx2 and kAvxVnni run the AVX2 loops, kAvx512Vnni and kAmxInt8 the AVX-512
-// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0.
+// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0, except that kAmxInt8
+// runs f16 caches on the AMX step when attention_tile_amx_usable(d_head).
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
@@ -196,6 +200,7 @@ struct AttentionTileStep {
   const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
   int64_t q_token_stride = 0;
   const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
+  const uint16_t* qa = nullptr;   // AMX step only: attention_amx_queries of the rows
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
   const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
   const T* const* v_rows = nullptr;  // likewise V
@@ -229,6 +234,33 @@ void attention_tile_step_avx2(const AttentionTileStep<float>& step);
 void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step);
 void attention_tile_step_avx512(const AttentionTileStep<float>& step);
 void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
+
+// The step over f16 caches on the AMX tile unit (attention_tile_amx.cpp), in split bf16:
+// each f32 operand x = hi + lo, hi = bf16(x), lo = bf16(x - hi) (nearest even), products
+// summed by tdpbf16ps into f32 tiles. Per row (independent of the other rows, the lanes
+// outside the row's range and the tile config, so a token's output still has the same
+// bits whatever tile, part or thread computed it):
+//   s[l] = tile sums over d of k[l][d] * qs[d], qs = scale * q, per 32 values of d in
+//          order: k_hi qs_hi, k_lo qs_hi, k_hi qs_lo (an f16 k is exact in hi + lo)
+//   softcap > 0: s[l] = tanh(s[l] / softcap) * softcap; lanes the row does not see: -inf
+//   new_max = max(max, max_l s[l]); c = e(max - new_max)
+//   p[l] = e(s[l] - new_max) on the row's lanes, else 0; sum = sum * c + ((S0 + S1) + S2) + S3
+//   pv[d] = tile sums over l of p[l] * v[l][d] from 0, per 32 lanes in order: p_hi v_hi,
+//           p_hi v_lo, p_lo v_hi (zeros for lanes outside the step's range or null rows)
+//   acc[d] = fma(acc[d], c, pv[d])
+// with Sg as for the other steps and e the step's own exp (2^n * a degree-6 polynomial
+// of 2^f, about 1e-6 relative). Not the scalar step's bits: a product is good to about
+// 2^-16 of |q||k| (f32: 2^-24). The rows' queries come
+// prepared once per item by attention_amx_queries, as the B operand of the scores:
+//   qb: [2][d_head / 2][round_up(rows, 16)][2] bf16, hi parts then lo parts; element
+//   (p, row, j) is scale * q[2p + j] of row i * n_heads + r (at q + i * q_token_stride
+//   + r * d_head); zero past the rows
+// Call only when attention_tile_amx_usable(d_head): AMX-BF16 with the tile permission
+// (cpu_supports(Isa::kAmxInt8)), and d_head a multiple of 64.
+bool attention_tile_amx_usable(int64_t d_head);
+void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
+                           float scale, uint16_t* qb);
+void attention_tile_step_amx(const AttentionTileStep<uint16_t>& step);
 
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the

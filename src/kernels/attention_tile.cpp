@@ -5,8 +5,10 @@
 #include <cmath>
 #include <cstdint>
 
+#include "core/cpu_features.h"
 #include "core/fp16.h"
 #include "kernels/attention.h"
+#include "kernels/isa.h"
 
 namespace ridge::kernels {
 
@@ -76,8 +78,20 @@ size_t attention_tile_work_floats(int64_t n_rows, int64_t d_head) {
   // K^T [d_head rounded to 16][keys], V rows [keys][d_head], scores [keys][rows rounded to
   // 16], max, sum, correction and lane range per row, and a zero row.
   const int64_t rows = (n_rows + 15) / 16 * 16;
-  return static_cast<size_t>(((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head);
+  const int64_t simd = ((d_head + 15) / 16 * 16 + d_head + rows) * kKeys + 5 * rows + d_head;
+  // The AMX step's (attention_tile_amx.cpp): K and V hi/lo in tile layouts (d_head x
+  // kKeys floats each), then one group of 16 rows' scores, probabilities as floats and as
+  // bf16 hi/lo, max, sum, correction and lane range, its P * V of 64 columns, and a zero
+  // row.
+  const int64_t amx = 2 * d_head * kKeys + 3 * 16 * kKeys + 5 * 16 + 16 * 64 + d_head;
+  return static_cast<size_t>(std::max(simd, amx));
 }
+
+bool attention_tile_amx_usable(int64_t d_head) {
+  static const bool usable = cpu_supports(Isa::kAmxInt8) && cpu_features().amx_bf16;
+  return usable && d_head > 0 && d_head % 64 == 0;
+}
+
 
 // avx2_math.h exp256, one lane: the same operations in the same order.
 float attention_exp_poly(float x) {

@@ -25,27 +25,7 @@
 #pragma GCC push_options
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg,amx-tile,amx-int8")
 
-// The 64-byte tile configuration of palette 1: tile i is rows[i] x colsb[i] bytes.
-struct alignas(64) TileConfig {
-  uint8_t palette = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-inline void configure_tiles(std::initializer_list<std::pair<int, int>> shapes) {
-  TileConfig config;
-  int i = 0;
-  for (const auto& [rows, colsb] : shapes) {
-    config.rows[i] = static_cast<uint8_t>(rows);
-    config.colsb[i] = static_cast<uint16_t>(colsb);
-    ++i;
-  }
-  // Not _tile_loadconfig: GCC 12 does not count its builtin as reading the struct and
-  // drops the stores that fill it. The asm's memory operand is the whole struct.
-  __asm__ volatile("ldtilecfg %0" : : "m"(config));
-}
+// TileConfig and configure_tiles: amx_tiles.h (included at the top of gemm_avx512.cpp).
 
 constexpr int kAmxTokens = 16;  // tokens per A tile (its rows)
 

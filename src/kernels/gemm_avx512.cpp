@@ -43,6 +43,7 @@
 #include "core/error.h"
 #include "core/quant_blocks.h"
 #include "kernels/gemm.h"
+#include "kernels/amx_tiles.h"
 #include "kernels/gemm_amx.h"
 
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512dq,avx512vnni,avx512bitalg")

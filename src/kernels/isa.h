@@ -16,7 +16,7 @@
 //                 not have AVX-VNNI: its kernels use none)
 //   kAmxInt8      kAvx512Vnni + AMX-TILE + AMX-INT8 with the OS's tile state
 // Attention's AVX-512 loops run on kAvx512Vnni and kAmxInt8, its AVX2 loops on kAvx2 and
-// kAvxVnni.
+// kAvxVnni; kAmxInt8 runs f16 caches on the AMX-BF16 tiles where the CPU has them.
 #pragma once
 
 #include <optional>

@@ -2,7 +2,10 @@
 tiles (hundreds of tokens, prefilled in batches) gives the same greedy text and the same
 perplexity digits under RIDGE_ISA=amx_int8 as under RIDGE_ISA=avx512_vnni, since both
 tables' integer kernels promise the scalar reference's bits and everything else runs the
-same code. The start-up line names the ISA each weight type runs with.
+same code. The runs use an f32 KV cache: an f16 cache's attention runs on the AMX-BF16
+tiles under amx_int8 (split bf16, not the f32 steps' bits; its quality is checked in
+test_kv_f16.py and tests/kernels/attention_amx_test.cpp). The start-up line names the ISA
+each weight type runs with.
 
 On a CPU without AMX (or without AVX-512 VNNI) each test says so and skips; models absent
 from the cache are skipped (scripts/fetch-models NAME).
@@ -49,7 +52,8 @@ def test_amx_generation_equals_avx512(name):
     require_isas(model)
     outs = {}
     for isa in ("avx512_vnni", "amx_int8"):
-        res = run_with_isa(isa, "run", "-m", str(model), "-p", PROMPT, "-n", "24", "--temp", "0", "-t", "2")
+        res = run_with_isa(isa, "run", "-m", str(model), "-p", PROMPT, "-n", "24", "--temp", "0", "-t", "2",
+                           "--kv-type", "f32")
         assert res.returncode == 0, res.stderr
         kernels = next(line for line in res.stderr.splitlines() if line.startswith("kernels:"))
         # Every quantized type the model has runs on the forced ISA's own kernels.
@@ -66,7 +70,8 @@ def test_amx_perplexity_digits_equal_avx512(name):
     require_isas(model)
     finals = {}
     for isa in ("avx512_vnni", "amx_int8"):
-        res = run_with_isa(isa, "perplexity", "-m", str(model), "-f", str(WIKI), "-c", "256", "--chunks", "2", "-t", "2")
+        res = run_with_isa(isa, "perplexity", "-m", str(model), "-f", str(WIKI), "-c", "256", "--chunks", "2", "-t", "2",
+                           "--kv-type", "f32")
         assert res.returncode == 0, res.stderr
         finals[isa] = [line for line in (res.stdout + res.stderr).splitlines() if "Final estimate" in line]
     assert finals["amx_int8"] and finals["amx_int8"] == finals["avx512_vnni"]
