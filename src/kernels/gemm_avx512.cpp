@@ -18,8 +18,8 @@
 //
 // Both compute, for every (row, token) pair, exactly the scalar references' sequence
 // (gemm.cpp): the exact integer dot of each block, then one fma per block in block order
-// (two for Q4_K/Q5_K: scales, then mins). So results are bit-identical to the scalar
-// reference, and a token's output does not depend on its batch.
+// (two for Q4_K/Q5_K and Q4_1/Q5_1: scales, then mins). So results are bit-identical to
+// the scalar reference, and a token's output does not depend on its batch.
 //
 // Unsigned weights go into vpdpbusd as they are; the offset (q - 2^kShift) comes off
 // through the activations' block sums. Q8_0 weights become unsigned by flipping the sign
@@ -288,9 +288,8 @@ struct Q8Family {
 
   // Q4_0/Q5_0/Q4_1/Q5_1 decode, 16 rows at once without a panel: each row's block is
   // loaded from just after its f16 scale (and min), so the qh and qs bytes start on
-  // dwords, and the 16 rows
-  // are transposed as they are stored: the fifth bits and the nibbles are unpacked for
-  // 16 rows per instruction and no lane sums are needed. The load runs on to the next
+  // dwords, and the 16 rows are transposed as they are stored: the fifth bits and the
+  // nibbles are unpacked for 16 rows per instruction and no lane sums are needed. The load runs on to the next
   // block's scale (and min), which come out of the same transpose for the next step.
   template <int T>
   static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
