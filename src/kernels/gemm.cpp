@@ -173,6 +173,44 @@ float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
   return sum;
 }
 
+// Q4_1/Q5_1: x = d * q + m with unsigned q, so a block gives d * dy * sum(q * y) plus
+// m * dy * sum(y): two fmas per block, the scale then the min, the min through the
+// activation block sum.
+template <class Block>
+float vec_dot_min_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  constexpr bool kHighBit = std::is_same_v<Block, BlockQ5_1>;
+  const auto* blocks = reinterpret_cast<const Block*>(w);
+  const ActQ8_0 a = act_q8_0(act, n);
+  const auto* sums = reinterpret_cast<const int32_t*>(a.d + n / kQK8_0);
+  float sum = 0;
+  for (int64_t b = 0; b < n / kQK8_0; ++b) {
+    const Block& block = blocks[b];
+    [[maybe_unused]] uint32_t qh = 0;
+    if constexpr (kHighBit) std::memcpy(&qh, block.qh, sizeof(qh));
+    const int8_t* y = a.q + b * kQK8_0;
+    int sumi = 0;
+    for (int l = 0; l < kQK8_0 / 2; ++l) {
+      int lo = block.qs[l] & 0xf, hi = block.qs[l] >> 4;
+      if constexpr (kHighBit) {
+        lo |= ((qh >> l) & 1) << 4;
+        hi |= ((qh >> (l + 16)) & 1) << 4;
+      }
+      sumi += lo * y[l] + hi * y[l + 16];
+    }
+    sum = std::fma(static_cast<float>(sumi), fp16_to_fp32(block.d) * a.d[b], sum);
+    sum = std::fma(static_cast<float>(sums[b]), fp16_to_fp32(block.m) * a.d[b], sum);
+  }
+  return sum;
+}
+
+float vec_dot_q4_1_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  return vec_dot_min_scalar<BlockQ4_1>(n, w, act);
+}
+
+float vec_dot_q5_1_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  return vec_dot_min_scalar<BlockQ5_1>(n, w, act);
+}
+
 // Q4_K/Q5_K: sum_g scale_g * sum(q * y) in integers; the mins through the 16-sums.
 // Q5_K adds a fifth bit per weight from qh; otherwise the two formats are the same.
 template <class Block>

@@ -23,7 +23,8 @@ namespace ridge::kernels {
 //  kQ8_0: n_in int8 values q, then n_in / 32 float scales d, then n_in / 32 int32 sums
 //         of each block's q; x[i] ~ d[i / 32] * q[i]. Float (not f16) scales: no second
 //         rounding. The sums let Q4_0/Q5_0 multiply unsigned nibbles (q_w - 8 = nibble - 8:
-//         dot = sum(nibble * q) - 8 * sum(q)) without the sign trick.
+//         dot = sum(nibble * q) - 8 * sum(q)) without the sign trick, and Q4_1/Q5_1 add
+//         their min (m * d * sum(q)) from them.
 //  kQ8_K: n_in / 256 BlockQ8_K (float d, 256 int8, 16 sums of 16), for the K-quants.
 // Every 8-bit format uses d = max|x| / 127 and q = round-half-even(x * (1 / d)), so the
 // scalar and AVX2 quantizers produce the same bytes.
@@ -89,7 +90,7 @@ using GemmTable = std::array<GemmKernel, kDTypeSlots>;
 const GemmTable& gemm_table(Isa isa);
 
 // The table entry for a weight type and ISA, or null when the type has no integer path
-// (F32, Q4_1, Q5_1, Q2_K, Q3_K, ...: matmul dequantizes those rows instead).
+// (F32, Q2_K, Q3_K, ...: matmul dequantizes those rows instead).
 const GemmKernel* gemm_kernel(DType weight, Isa isa);
 
 // The scalar GEMM over a reference vec_dot: every (row, token) pair in turn.
@@ -107,6 +108,8 @@ void quantize_act_q8_k_scalar(const float* x, uint8_t* dst, int64_t n_in);
 float vec_dot_q8_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q4_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q5_0_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_q4_1_scalar(int64_t n, const uint8_t* w, const uint8_t* act);  // two fmas a block:
+float vec_dot_q5_1_scalar(int64_t n, const uint8_t* w, const uint8_t* act);  // scale, then min
 float vec_dot_q4_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
@@ -122,6 +125,8 @@ void quantize_act_q8_k_avx2(const float* x, uint8_t* dst, int64_t n_in);
 void gemm_q8_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_1_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_1_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
@@ -137,6 +142,8 @@ void gemm_i8_rows_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q8_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_1_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_1_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
@@ -148,6 +155,8 @@ void gemm_q6_k_avxvnni(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q8_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_1_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_1_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);

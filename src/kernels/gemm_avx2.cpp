@@ -248,6 +248,12 @@ void gemm_q4_0_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 void gemm_q5_0_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   gemm_blocked<TileQ8Family<DecodeQ5_0, DotMaddubs>>(a, n_rows, n_tokens);
 }
+void gemm_q4_1_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileQ8Family<DecodeQ4_1, DotMaddubs>>(a, n_rows, n_tokens);
+}
+void gemm_q5_1_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileQ8Family<DecodeQ5_1, DotMaddubs>>(a, n_rows, n_tokens);
+}
 void gemm_q4_k_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   gemm_blocked<TileQ45K<false>>(a, n_rows, n_tokens);
 }

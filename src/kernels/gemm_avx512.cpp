@@ -18,8 +18,8 @@
 //
 // Both compute, for every (row, token) pair, exactly the scalar references' sequence
 // (gemm.cpp): the exact integer dot of each block, then one fma per block in block order
-// (two for Q4_K/Q5_K: scales, then mins). So results are bit-identical to the scalar
-// reference, and a token's output does not depend on its batch.
+// (two for Q4_K/Q5_K and Q4_1/Q5_1: scales, then mins). So results are bit-identical to
+// the scalar reference, and a token's output does not depend on its batch.
 //
 // Unsigned weights go into vpdpbusd as they are; the offset (q - 2^kShift) comes off
 // through the activations' block sums. Q8_0 weights become unsigned by flipping the sign
@@ -176,14 +176,14 @@ inline void store_rows8(float* y, __m256 v, int rows) {
   _mm256_mask_storeu_ps(y, static_cast<__mmask8>((1u << rows) - 1), v);
 }
 
-// ---- 32-element block types (Q8_0, Q4_0, Q5_0) against Q8_0 activations -----------
+// ---- 32-element block types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) against Q8_0 activations -
 
 // Weight blocks as 32 unsigned bytes q, value q - 2^kShift.
 struct U8Q8_0 {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
   static constexpr int64_t kPanelTokens = 4;
   static constexpr int kShift = 7;
-  static constexpr bool kTransposedDecode = false;
+  static constexpr bool kTransposedDecode = false, kMin = false;
   static __m256i load(const uint8_t* b) { return _mm256_xor_si256(load256(b + 2), _mm256_set1_epi8(-128)); }
 };
 // The 32 nibbles of 16 bytes: element l low nibble, l + 16 high nibble.
@@ -195,21 +195,44 @@ struct U8Q4_0 {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
   static constexpr int64_t kPanelTokens = 8;
   static constexpr int kShift = 3;  // q - 8
-  static constexpr bool kTransposedDecode = true, kHasQh = false;
-  static constexpr int kQsOffset = 2;
+  static constexpr bool kTransposedDecode = true, kHasQh = false, kMin = false;
+  static constexpr int kHead = 2, kQsOffset = 2;  // header bytes (d), where qs starts
   static __m256i load(const uint8_t* b) { return nibbles32(b + 2); }
 };
 struct U8Q5_0 {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
   static constexpr int64_t kPanelTokens = 8;
   static constexpr int kShift = 4;  // q - 16
-  static constexpr bool kTransposedDecode = true, kHasQh = true;
-  static constexpr int kQsOffset = 6;
+  static constexpr bool kTransposedDecode = true, kHasQh = true, kMin = false;
+  static constexpr int kHead = 2, kQsOffset = 6;
   static __m256i load(const uint8_t* b) {
     uint32_t qh;
     std::memcpy(&qh, b + 2, sizeof(qh));
     const __m256i lo = nibbles32(b + 6);
     return _mm256_mask_add_epi8(lo, static_cast<__mmask32>(qh), lo, _mm256_set1_epi8(16));  // fifth bit
+  }
+};
+// Q4_1/Q5_1 (kMin): value d * q + m, q unsigned as it is (no offset); the f16 min after
+// the scale, m * sum(y) one more fma per block from the activations' block sums.
+struct U8Q4_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr int64_t kPanelTokens = 8;
+  static constexpr int kShift = 0;
+  static constexpr bool kTransposedDecode = true, kHasQh = false, kMin = true;
+  static constexpr int kHead = 4, kQsOffset = 4;  // d, m
+  static __m256i load(const uint8_t* b) { return nibbles32(b + 4); }
+};
+struct U8Q5_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr int64_t kPanelTokens = 8;
+  static constexpr int kShift = 0;
+  static constexpr bool kTransposedDecode = true, kHasQh = true, kMin = true;
+  static constexpr int kHead = 4, kQsOffset = 8;
+  static __m256i load(const uint8_t* b) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 4, sizeof(qh));
+    const __m256i lo = nibbles32(b + 8);
+    return _mm256_mask_add_epi8(lo, static_cast<__mmask32>(qh), lo, _mm256_set1_epi8(16));
   }
 };
 
@@ -251,17 +274,24 @@ struct Q8Family {
   static constexpr int kRowTile = U8::kTransposedDecode ? 16 : kDecodeRows;
   static constexpr int64_t kPanelTokens = U8::kPanelTokens;
 
+  // A block dot's starting value: minus the offset 2^kShift * sum(y), or 0 for kMin
+  // (whose min term is a float fma of its own).
+  static __m512i start_sum(int32_t sum) {
+    if constexpr (U8::kMin) return _mm512_setzero_si512();
+    else return _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(sum), U8::kShift));
+  }
+
   template <int T>
   static void tile(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     if constexpr (U8::kTransposedDecode) rows16<T>(a, r0, rows, t0);
     else rows8<T>(a, r0, rows, t0);
   }
 
-  // Q4_0/Q5_0 decode, 16 rows at once without a panel: each row's block is loaded from
-  // just after its f16 scale, so the qh and qs bytes start on dwords, and the 16 rows
-  // are transposed as they are stored: the fifth bits and the nibbles are unpacked for
-  // 16 rows per instruction and no lane sums are needed. The load runs on to the next
-  // block's scale, which comes out of the same transpose for the next step.
+  // Q4_0/Q5_0/Q4_1/Q5_1 decode, 16 rows at once without a panel: each row's block is
+  // loaded from just after its f16 scale (and min), so the qh and qs bytes start on
+  // dwords, and the 16 rows are transposed as they are stored: the fifth bits and the
+  // nibbles are unpacked for 16 rows per instruction and no lane sums are needed. The load runs on to the next
+  // block's scale (and min), which come out of the same transpose for the next step.
   template <int T>
   static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     const int64_t nb = a.n_in / 32;
@@ -271,23 +301,28 @@ struct Q8Family {
     for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
     __m512 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm512_setzero_ps();
-    constexpr int kAfterD = static_cast<int>(U8::kBytes) - 2;  // qh and qs bytes: 20 or 16
+    constexpr int kAfterD = static_cast<int>(U8::kBytes) - U8::kHead;  // qh and qs bytes: 20 or 16
     static_assert(kAfterD % 4 == 0, "the next block's scale must start a dword");
     // Only bytes of this row are read (the masked-off bytes cannot fault): the block and
-    // the next block's scale, or the block alone for the last one.
-    const __mmask32 with_next_d = static_cast<__mmask32>((1ull << (kAfterD + 2)) - 1);
+    // the next block's header, or the block alone for the last one.
+    const __mmask32 with_next_d = static_cast<__mmask32>((1ull << (kAfterD + U8::kHead)) - 1);
     const __mmask32 block_only = static_cast<__mmask32>((1ull << kAfterD) - 1);
     const __m512i low4 = _mm512_set1_epi8(0x0f);
-    __m512 dw = _mm512_insertf32x8(_mm512_castps256_ps512(f16_rows8(w, 0)), f16_rows8(w + 8, 0), 1);
+    const auto rows16_f16 = [&](size_t off) {
+      return _mm512_insertf32x8(_mm512_castps256_ps512(f16_rows8(w, off)), f16_rows8(w + 8, off), 1);
+    };
+    __m512 dw = rows16_f16(0);
+    [[maybe_unused]] __m512 dm;  // kMin: the 16 rows' mins
+    if constexpr (U8::kMin) dm = rows16_f16(2);
     for (int64_t b = 0; b < nb; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes);
       const __mmask32 mask = b + 1 < nb ? with_next_d : block_only;
       __m256i v[kPanelRows];
-      for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(mask, w[r] + b * U8::kBytes + 2);
-      __m512i d4[8];  // d4[k] lane r: bytes 4k + 2 .. 4k + 5 of row r's block
+      for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(mask, w[r] + b * U8::kBytes + U8::kHead);
+      __m512i d4[8];  // d4[k] lane r: bytes 4k + kHead .. 4k + kHead + 3 of row r's block
       transpose16x8(v, d4);
       __m512i q[8];  // q[i]: elements 4i .. 4i + 3
-      constexpr int k0 = (U8::kQsOffset - 2) / 4;
+      constexpr int k0 = (U8::kQsOffset - U8::kHead) / 4;
       for (int m = 0; m < 4; ++m) {
         q[m] = _mm512_and_si512(d4[k0 + m], low4);
         q[m + 4] = _mm512_and_si512(_mm512_srli_epi16(d4[k0 + m], 4), low4);
@@ -303,11 +338,16 @@ struct Q8Family {
         }
       }
       for (int t = 0; t < T; ++t) {
-        __m512i s = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
+        __m512i s = start_sum(y[t].sum[b]);
         for (int i = 0; i < 8; ++i) s = _mm512_dpbusd_epi32(s, q[i], bcast32(y[t].q + 32 * b + 4 * i));
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
+        const __m512 dy = _mm512_set1_ps(y[t].d[b]);
+        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s), _mm512_mul_ps(dw, dy), acc[t]);
+        if constexpr (U8::kMin)
+          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(y[t].sum[b])), _mm512_mul_ps(dm, dy), acc[t]);
       }
-      dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(d4[kAfterD / 4]));  // the next block's scale
+      const __m512i head = d4[kAfterD / 4];  // the next block's scale (and min above it)
+      dw = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(head));
+      if constexpr (U8::kMin) dm = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(head, 16)));
     }
     for (int t = 0; t < T; ++t) store_rows16(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
   }
@@ -316,6 +356,7 @@ struct Q8Family {
   // are not stored) against T tokens.
   template <int T>
   static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+    static_assert(!U8::kMin, "rows8 has no min term");
     const int64_t nb = a.n_in / 32;
     const uint8_t* w[kDecodeRows];
     for (int r = 0; r < kDecodeRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
@@ -341,8 +382,9 @@ struct Q8Family {
     for (int t = 0; t < T; ++t) store_rows8(a.y + (t0 + t) * a.ldy + r0, acc[t], rows);
   }
 
-  // Panel: per block, 8 vectors of 16 rows x 4 bytes, then the 16 f16 scales as floats.
-  static constexpr size_t kBlockBytes = U8::kBytes, kBlockElements = 32, kPanelBlock = 8 * 64 + 64;
+  // Panel: per block, 8 vectors of 16 rows x 4 bytes, then the 16 f16 scales as floats
+  // (and, kMin, the 16 mins).
+  static constexpr size_t kBlockBytes = U8::kBytes, kBlockElements = 32, kPanelBlock = 8 * 64 + (U8::kMin ? 128 : 64);
   using Act = ActRow;
   static Act act(const GemmArgs& a, int64_t t) { return act_row(a, t); }
 
@@ -352,21 +394,29 @@ struct Q8Family {
     transpose16x8_store(q, dst);
     _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64), f16_rows8(w, b * U8::kBytes));
     _mm256_store_ps(reinterpret_cast<float*>(dst + 8 * 64 + 32), f16_rows8(w + 8, b * U8::kBytes));
+    if constexpr (U8::kMin) {
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 9 * 64), f16_rows8(w, b * U8::kBytes + 2));
+      _mm256_store_ps(reinterpret_cast<float*>(dst + 9 * 64 + 32), f16_rows8(w + 8, b * U8::kBytes + 2));
+    }
   }
 
   // acc[t] (16 rows) += block b of the packed block `blk` against token t's activations.
   template <int T>
   static void block_dots(const uint8_t* blk, const Act (&y)[T], int64_t b, __m512 (&acc)[T]) {
     __m512i s[T];
-    for (int t = 0; t < T; ++t)
-      s[t] = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(_mm512_set1_epi32(y[t].sum[b]), U8::kShift));
+    for (int t = 0; t < T; ++t) s[t] = start_sum(y[t].sum[b]);
     for (int g = 0; g < 8; ++g) {
       const __m512i wv = _mm512_load_si512(blk + 64 * g);
       for (int t = 0; t < T; ++t) s[t] = _mm512_dpbusd_epi32(s[t], wv, bcast32(y[t].q + 32 * b + 4 * g));
     }
     const __m512 dw = _mm512_load_ps(blk + 8 * 64);
-    for (int t = 0; t < T; ++t)
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, _mm512_set1_ps(y[t].d[b])), acc[t]);
+    for (int t = 0; t < T; ++t) {
+      const __m512 dy = _mm512_set1_ps(y[t].d[b]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(dw, dy), acc[t]);
+      if constexpr (U8::kMin)
+        acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(y[t].sum[b])),
+                                 _mm512_mul_ps(_mm512_load_ps(blk + 9 * 64), dy), acc[t]);
+    }
   }
 
 };
@@ -496,6 +546,8 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 void gemm_q8_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q8_0>>(a, n_rows, n_tokens); }
 void gemm_q4_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q4_0>>(a, n_rows, n_tokens); }
 void gemm_q5_0_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q5_0>>(a, n_rows, n_tokens); }
+void gemm_q4_1_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q4_1>>(a, n_rows, n_tokens); }
+void gemm_q5_1_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q8Family<U8Q5_1>>(a, n_rows, n_tokens); }
 void gemm_q4_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<false>>(a, n_rows, n_tokens); }
 void gemm_q5_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<true>>(a, n_rows, n_tokens); }
 void gemm_q6_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q6K>(a, n_rows, n_tokens); }

@@ -1,4 +1,4 @@
-// The 32-element block types (Q8_0, Q4_0, Q5_0) against Q8_0 activations, the tile
+// The 32-element block types (Q8_0, Q4_0, Q5_0, Q4_1, Q5_1) against Q8_0 activations, the tile
 // driver every AVX2 quantized GEMM uses, and K-quant scale helpers. Included by
 // gemm_avx2.cpp, gemm_avxvnni.cpp and gemm_avx512.cpp after each sets its target ISA, so
 // the same source builds once with maddubs + madd and once with VNNI's vpdpbusd.
@@ -132,16 +132,19 @@ void gemm_blocked(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 // Each weight decoder turns one block into 32 bytes in element order, every block
 // starting with its f16 scale. Q8_0 gives signed values (kShift 0: the sign trick);
 // Q4_0 and Q5_0 give unsigned q with value q - 2^kShift, the offset taken off through
-// the activation block sums.
+// the activation block sums. Q4_1 and Q5_1 (kMin) give unsigned q with value d * q + m:
+// their f16 min follows the scale, and m * sum(y) comes in through the block sums.
 struct DecodeQ8_0 {
   static constexpr size_t kBytes = sizeof(BlockQ8_0);
   static constexpr int kShift = 0;
+  static constexpr bool kMin = false;
   static __m256i load(const uint8_t* b) { return load256(b + 2); }
 };
 
 struct DecodeQ4_0 {
   static constexpr size_t kBytes = sizeof(BlockQ4_0);
   static constexpr int kShift = 3;  // q - 8
+  static constexpr bool kMin = false;
   static __m256i load(const uint8_t* b) {
     const __m128i packed = load128(b + 2);  // element l low nibble, l + 16 high nibble
     return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
@@ -151,6 +154,7 @@ struct DecodeQ4_0 {
 struct DecodeQ5_0 {
   static constexpr size_t kBytes = sizeof(BlockQ5_0);
   static constexpr int kShift = 4;  // q - 16
+  static constexpr bool kMin = false;
   static __m256i load(const uint8_t* b) {
     uint32_t qh;
     std::memcpy(&qh, b + 2, sizeof(qh));
@@ -161,10 +165,44 @@ struct DecodeQ5_0 {
   }
 };
 
+struct DecodeQ4_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ4_1);
+  static constexpr int kShift = 0;
+  static constexpr bool kMin = true;  // f16 m at byte 2
+  static __m256i load(const uint8_t* b) {
+    const __m128i packed = load128(b + 4);
+    return _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+  }
+};
+
+struct DecodeQ5_1 {
+  static constexpr size_t kBytes = sizeof(BlockQ5_1);
+  static constexpr int kShift = 0;
+  static constexpr bool kMin = true;
+  static __m256i load(const uint8_t* b) {
+    uint32_t qh;
+    std::memcpy(&qh, b + 4, sizeof(qh));
+    const __m128i packed = load128(b + 8);
+    const __m256i nibbles =
+        _mm256_and_si256(_mm256_set_m128i(_mm_srli_epi16(packed, 4), packed), _mm256_set1_epi8(0x0f));
+    return _mm256_or_si256(nibbles, _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
+  }
+};
+
 inline uint16_t f16_bits(const uint8_t* p) {
   uint16_t h;
   std::memcpy(&h, p, sizeof(h));
   return h;
+}
+
+// The f16 at byte `off` of 8 consecutive blocks `bytes` apart, as floats.
+inline __m256 f16_blocks8(const uint8_t* blk, size_t bytes, size_t off) {
+  const uint8_t* p = blk + off;
+  return _mm256_cvtph_ps(_mm_setr_epi16(
+      static_cast<short>(f16_bits(p)), static_cast<short>(f16_bits(p + bytes)),
+      static_cast<short>(f16_bits(p + 2 * bytes)), static_cast<short>(f16_bits(p + 3 * bytes)),
+      static_cast<short>(f16_bits(p + 4 * bytes)), static_cast<short>(f16_bits(p + 5 * bytes)),
+      static_cast<short>(f16_bits(p + 6 * bytes)), static_cast<short>(f16_bits(p + 7 * bytes))));
 }
 
 // Integer dot of a decoded weight block with an activation block: 8 int32 lanes whose
@@ -181,7 +219,7 @@ struct DotMaddubs {
 
 template <class Decode, class Dot>
 inline __m256i block_dot(__m256i wq, __m256i y) {
-  if constexpr (Decode::kShift == 0)
+  if constexpr (Decode::kShift == 0 && !Decode::kMin)
     return Dot::dot(_mm256_abs_epi8(wq), _mm256_sign_epi8(y, wq));
   else
     return Dot::dot(wq, y);
@@ -211,8 +249,8 @@ inline __m256 tree_sum8(const __m256 (&a)[8]) {
 
 // 32-element block types against Q8_0 activations. For each (row, token) pair the
 // result is defined as: s_b = the exact integer dot of block b, c_b = d_w(b) * d_y(b),
-// acc_j = fma(s_b, c_b, acc_j) over blocks b = j mod 8 in order, and the 8 acc_j summed
-// as tree_sum8 does. Decode (one token) holds acc_j in lane j and handles 8 blocks per
+// acc_j = fma(s_b, c_b, acc_j) over blocks b = j mod 8 in order (kMin: then
+// acc_j = fma(sum_y(b), m_w(b) * d_y(b), acc_j)), and the 8 acc_j summed as tree_sum8 does. Decode (one token) holds acc_j in lane j and handles 8 blocks per
 // step; batches hold tokens in lanes (8 at once) with one vector per j. Both compute
 // exactly that, so the bits do not depend on the batch. Per (block, token) the cost is
 // sign, maddubs, madd and about one add of the lane-sum tree; the float work is per 8.
@@ -248,18 +286,17 @@ struct TileQ8Family {
       __m256i p[8];
       for (int k = 0; k < 8; ++k)
         p[k] = block_dot<Decode, Dot>(Decode::load(blk + k * Decode::kBytes), load256(yq + 32 * (b0 + k)));
-      const __m128i dw = _mm_setr_epi16(
-          static_cast<short>(f16_bits(blk)), static_cast<short>(f16_bits(blk + Decode::kBytes)),
-          static_cast<short>(f16_bits(blk + 2 * Decode::kBytes)), static_cast<short>(f16_bits(blk + 3 * Decode::kBytes)),
-          static_cast<short>(f16_bits(blk + 4 * Decode::kBytes)), static_cast<short>(f16_bits(blk + 5 * Decode::kBytes)),
-          static_cast<short>(f16_bits(blk + 6 * Decode::kBytes)), static_cast<short>(f16_bits(blk + 7 * Decode::kBytes)));
-      const __m256 c = _mm256_mul_ps(_mm256_cvtph_ps(dw), _mm256_loadu_ps(yd + b0));
+      const __m256 dy = _mm256_loadu_ps(yd + b0);
+      const __m256 c = _mm256_mul_ps(f16_blocks8(blk, Decode::kBytes, 0), dy);
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(sum_lanes8(p), load256(ys + b0))), c, acc);
+      if constexpr (Decode::kMin)
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(load256(ys + b0)),
+                              _mm256_mul_ps(f16_blocks8(blk, Decode::kBytes, 2), dy), acc);
     }
     if (b0 < nb) {  // the last partial group: missing blocks add 0 * 0
       const int n = static_cast<int>(nb - b0);
       __m256i p[8];
-      alignas(16) uint16_t dw[8] = {};
+      alignas(16) uint16_t dw[8] = {}, mw[8] = {};
       alignas(32) float dy[8] = {};
       alignas(32) int32_t sy[8] = {};
       for (int k = 0; k < 8; ++k) {
@@ -267,6 +304,7 @@ struct TileQ8Family {
           const uint8_t* blk = w + (b0 + k) * Decode::kBytes;
           p[k] = block_dot<Decode, Dot>(Decode::load(blk), load256(yq + 32 * (b0 + k)));
           dw[k] = f16_bits(blk);
+          if constexpr (Decode::kMin) mw[k] = f16_bits(blk + 2);
           dy[k] = yd[b0 + k];
           sy[k] = ys[b0 + k];
         } else {
@@ -276,6 +314,11 @@ struct TileQ8Family {
       const __m256 c = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(dw))),
                                      _mm256_load_ps(dy));
       acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(sum_lanes8(p), load256(sy))), c, acc);
+      if constexpr (Decode::kMin) {
+        const __m256 cm = _mm256_mul_ps(_mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(mw))),
+                                        _mm256_load_ps(dy));
+        acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(load256(sy)), cm, acc);
+      }
     }
     a.y[t * a.ldy + r] = hsum(acc);
   }
@@ -299,10 +342,13 @@ struct TileQ8Family {
         for (int t = 0; t < 8; ++t)
           p[t] = t < T ? block_dot<Decode, Dot>(wq, load256(yq[t] + 32 * b)) : _mm256_setzero_si256();
         // Lanes past T hold the next tokens' (or padding) scales; their results are dropped.
-        const __m256 c = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(f16_bits(blk))),
-                                       _mm256_loadu_ps(a.scales_t + b * a.scales_t_stride + t0));
-        const __m256i s = offset<Decode>(sum_lanes8(p), load256(a.sums_t + b * a.scales_t_stride + t0));
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(s), c, acc[j]);
+        const __m256 dy = _mm256_loadu_ps(a.scales_t + b * a.scales_t_stride + t0);
+        const __m256i sy = load256(a.sums_t + b * a.scales_t_stride + t0);
+        const __m256 c = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(f16_bits(blk))), dy);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(sum_lanes8(p), sy)), c, acc[j]);
+        if constexpr (Decode::kMin)
+          acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sy), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(f16_bits(blk + 2))), dy),
+                                   acc[j]);
       }
     }
     alignas(32) float out[8];

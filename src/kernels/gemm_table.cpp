@@ -37,6 +37,8 @@ GemmTable scalar_table() {
   put(t, s, DType::Q8_0, gemm_rows_scalar<vec_dot_q8_0_scalar>);
   put(t, s, DType::Q4_0, gemm_rows_scalar<vec_dot_q4_0_scalar>);
   put(t, s, DType::Q5_0, gemm_rows_scalar<vec_dot_q5_0_scalar>);
+  put(t, s, DType::Q4_1, gemm_rows_scalar<vec_dot_q4_1_scalar>);
+  put(t, s, DType::Q5_1, gemm_rows_scalar<vec_dot_q5_1_scalar>);
   put(t, s, DType::Q4_K, gemm_rows_scalar<vec_dot_q4_k_scalar>);
   put(t, s, DType::Q5_K, gemm_rows_scalar<vec_dot_q5_k_scalar>);
   put(t, s, DType::Q6_K, gemm_rows_scalar<vec_dot_q6_k_scalar>);
@@ -53,6 +55,8 @@ GemmTable avx2_table() {
   put(t, a, DType::Q8_0, gemm_q8_0_avx2);
   put(t, a, DType::Q4_0, gemm_q4_0_avx2);
   put(t, a, DType::Q5_0, gemm_q5_0_avx2);
+  put(t, a, DType::Q4_1, gemm_q4_1_avx2);
+  put(t, a, DType::Q5_1, gemm_q5_1_avx2);
   put(t, a, DType::Q4_K, gemm_q4_k_avx2);
   put(t, a, DType::Q5_K, gemm_q5_k_avx2);
   put(t, a, DType::Q6_K, gemm_q6_k_avx2);
@@ -69,6 +73,8 @@ GemmTable avx_vnni_table() {
   put(t, v, DType::Q8_0, gemm_q8_0_avxvnni);
   put(t, v, DType::Q4_0, gemm_q4_0_avxvnni);
   put(t, v, DType::Q5_0, gemm_q5_0_avxvnni);
+  put(t, v, DType::Q4_1, gemm_q4_1_avxvnni);
+  put(t, v, DType::Q5_1, gemm_q5_1_avxvnni);
   put(t, v, DType::Q4_K, gemm_q4_k_avxvnni);
   put(t, v, DType::Q5_K, gemm_q5_k_avxvnni);
   put(t, v, DType::Q6_K, gemm_q6_k_avxvnni);
@@ -81,6 +87,8 @@ GemmTable avx512_vnni_table() {
   put(t, v, DType::Q8_0, gemm_q8_0_avx512);
   put(t, v, DType::Q4_0, gemm_q4_0_avx512);
   put(t, v, DType::Q5_0, gemm_q5_0_avx512);
+  put(t, v, DType::Q4_1, gemm_q4_1_avx512);
+  put(t, v, DType::Q5_1, gemm_q5_1_avx512);
   put(t, v, DType::Q4_K, gemm_q4_k_avx512);
   put(t, v, DType::Q5_K, gemm_q5_k_avx512);
   put(t, v, DType::Q6_K, gemm_q6_k_avx512);
@@ -90,7 +98,7 @@ GemmTable avx512_vnni_table() {
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();  // F16, BF16, NF4, I8_ROWS: as there
+  GemmTable t = avx512_vnni_table();  // F16, BF16, NF4, I8_ROWS, Q4_1, Q5_1: as there
   // The tile kernels hand batches too small for the tiles, and every token past the last
   // whole 16-token tile, to the AVX-512 VNNI kernels (gemm_amx.h).
   const Isa x = Isa::kAmxInt8;

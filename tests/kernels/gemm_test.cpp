@@ -39,12 +39,13 @@ const TypeCase kCases[] = {
     {DType::Q8_0, vec_dot_q8_0_scalar}, {DType::Q4_0, vec_dot_q4_0_scalar}, {DType::Q5_0, vec_dot_q5_0_scalar},
     {DType::Q4_K, vec_dot_q4_k_scalar}, {DType::Q5_K, vec_dot_q5_k_scalar}, {DType::Q6_K, vec_dot_q6_k_scalar},
     {DType::F16, vec_dot_f16_scalar},   {DType::BF16, vec_dot_bf16_scalar},
+    {DType::Q4_1, vec_dot_q4_1_scalar}, {DType::Q5_1, vec_dot_q5_1_scalar},
 };
 
 // Every type the tables have an integer path for (the runtime formats' own tests:
 // gemm_bnb_test.cpp).
-const DType kTableTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_K,    DType::Q5_K,
-                             DType::Q6_K, DType::F16,  DType::BF16, DType::NF4,     DType::I8_ROWS};
+const DType kTableTypes[] = {DType::Q8_0, DType::Q4_0, DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4_K,
+                             DType::Q5_K, DType::Q6_K, DType::F16,  DType::BF16, DType::NF4,  DType::I8_ROWS};
 
 // Skips the running test, saying which ISA this CPU lacks (never a silent pass).
 #define SKIP_UNLESS_CPU_SUPPORTS(isa) \

@@ -41,7 +41,7 @@ inline std::vector<uint8_t> random_weight_bytes(DType type, int64_t n_in, int64_
     uint8_t* blk = bytes.data() + b * t.type_size;
     switch (type) {
       case DType::Q8_0: case DType::Q4_0: case DType::Q5_0: put_f16(blk); break;
-      case DType::Q4_K: case DType::Q5_K: put_f16(blk); put_f16(blk + 2); break;
+      case DType::Q4_K: case DType::Q5_K: case DType::Q4_1: case DType::Q5_1: put_f16(blk); put_f16(blk + 2); break;
       case DType::Q6_K: put_f16(blk + offsetof(BlockQ6_K, d)); break;
       case DType::F16: put_f16(blk); break;
       case DType::BF16: {
@@ -83,7 +83,8 @@ inline void make_extreme(DType type, std::vector<uint8_t>& w) {
     uint8_t* blk = w.data() + b * traits.type_size;
     const uint16_t d = fp32_to_fp16(0.01f);
     std::memcpy(blk + (type == DType::Q6_K ? offsetof(BlockQ6_K, d) : 0), &d, 2);
-    if (type == DType::Q4_K || type == DType::Q5_K) std::memcpy(blk + 2, &d, 2);  // dmin
+    if (type == DType::Q4_K || type == DType::Q5_K || type == DType::Q4_1 || type == DType::Q5_1)
+      std::memcpy(blk + 2, &d, 2);  // dmin, m
   }
 }
 

@@ -175,7 +175,7 @@ TEST_P(MatmulByType, TokenResultIndependentOfBatchAndThreads) {
 
 INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
-                                           DType::Q5_0, DType::Q4_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
+                                           DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                                            DType::Q3_K, DType::NF4, DType::I8_ROWS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
