@@ -129,8 +129,12 @@ def test_streamed_json_schema_answer_validates(qwen):
 
 def test_json_object_answers_are_objects(qwen):
     client = openai_client(qwen)
-    for name in ("person", "color"):
+    # Questions with short answers: a json_object answer has no schema to bound it, and one
+    # cut off by max_tokens ("Invent a programmer and describe them" rambles past 160
+    # tokens) is rightly not complete JSON.
+    for name in ("color", "answer"):
         r = ask(client, name, response_format={"type": "json_object"})
+        assert r.choices[0].finish_reason == "stop", r.choices[0].message.content
         assert isinstance(json.loads(r.choices[0].message.content), dict)
 
 

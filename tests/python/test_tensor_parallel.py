@@ -93,20 +93,23 @@ def greedy(np_: int, path: Path, prompt: str, n: int, *extra) -> str:
     return res.stdout.decode(errors="replace")
 
 
-# Under the default kernels a last-bit difference can flip an 8-bit activation rounding
-# and, at a near-tie, a greedy token: qwen2.5-coder-1.5b's "def fibonacci(n):" parts after
-# 8 tokens that way (docs/distributed.md), so that model runs the other prompt only.
-@pytest.mark.parametrize("name,prompts,extra,n", [
-    ("gemma3-270m", ("The capital of France is",), ("--matmul", "float"), 8),
-    ("qwen2.5-coder-0.5b", ("The capital of France is", "def fibonacci(n):"), (), 16),
-    ("qwen2.5-coder-1.5b", ("The capital of France is",), (), 12),
+# Greedy tokens are compared with float matmuls (`--matmul float`), where -np 2 differs from
+# -np 1 only in the order of the all-reduce's float sums. Under the default kernels a
+# last-bit difference can flip an 8-bit activation rounding and, at a near-tie, a greedy
+# token (qwen2.5-coder-0.5b's "The capital of France is" parts after 3 tokens once
+# attention's arithmetic changes); test_qwen_logits_close_under_default_kernels bounds
+# that path instead.
+@pytest.mark.parametrize("name,prompts,n", [
+    ("gemma3-270m", ("The capital of France is",), 8),
+    ("qwen2.5-coder-0.5b", ("The capital of France is", "def fibonacci(n):"), 16),
+    ("qwen2.5-coder-1.5b", ("The capital of France is",), 8),
 ])
-def test_greedy_tokens_identical(name, prompts, extra, n):
+def test_greedy_tokens_identical(name, prompts, n):
     path = model(name)
     for prompt in prompts:
-        one = greedy(1, path, prompt, n, *extra)
+        one = greedy(1, path, prompt, n, "--matmul", "float")
         assert len(one.strip()) > 0
-        assert greedy(2, path, prompt, n, *extra) == one, (name, prompt)
+        assert greedy(2, path, prompt, n, "--matmul", "float") == one, (name, prompt)
 
 
 def test_qwen_logits_close_under_default_kernels(tmp_path):
