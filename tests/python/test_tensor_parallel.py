@@ -4,10 +4,10 @@
   log-probabilities `ridge perplexity` writes under -np 2 and -np 4 equal -np 1's within
   float tolerance (each rank's partial sums are added in another order, nothing else).
 - The shipped Q4_K_M models: greedy `ridge run` gives the same tokens under -np 2 as under
-  -np 1 on the test prompts; gemma3-270m (1 KV head, repeated on both ranks) with
-  --matmul float, where no 8-bit activation rounding can amplify the last-bit
-  difference of a partial sum (see docs/distributed.md), the Qwen models as they run by
-  default. qwen2.5-coder-0.5b's logits, default kernels: the KL divergence of -np 2
+  -np 1 on the test prompts with --matmul float, where no 8-bit activation rounding can
+  amplify the last-bit difference of a partial sum (see docs/distributed.md); gemma3-270m
+  has 1 KV head, repeated on both ranks. qwen2.5-coder-0.5b's logits, default kernels:
+  the KL divergence of -np 2
   against -np 1 stays at the level of that rounding, far below a wrong split's.
 - ridge serve --tp 2 answers a completion with the text ridge run gives.
 - A rank killed mid-run ends the job promptly with a clear error from rank 0, not a hang;
