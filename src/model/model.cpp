@@ -454,10 +454,19 @@ void Model::mlp_layer(int il, int32_t n) {
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
   }
-  if (c.activation == Activation::kGelu)
-    kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
-  else
-    kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff_total);
+  // The gated activation, elementwise: split over the pool by token rows for a prompt
+  // (one thread spent about 6% of a 1.5B model's pp512 here while the other waited);
+  // a decode step's row or two stays on the caller. Every element is computed alike.
+  const auto activate = [&](int64_t begin, int64_t end, int) {
+    const int64_t o = begin * c.n_ff, len = (end - begin) * c.n_ff;
+    if (c.activation == Activation::kGelu)
+      kernels::geglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
+    else
+      kernels::swiglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
+  };
+  constexpr int64_t kParallelActivationElements = 65536;
+  if (n_ff_total >= kParallelActivationElements) pool_.parallel_for(n, activate);
+  else activate(0, n, 0);
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
   kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's feed-forward share
