@@ -103,7 +103,7 @@ void BM_GemvL2(benchmark::State& state, DType type) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * m.bytes));
 }
 
-// Prefill-like: 64 tokens against one matrix that stays in the last-level cache.
+// Prefill and batched decode: 16, 64 or 512 tokens against one matrix that stays in the last-level cache.
 void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
   const int64_t n_in = 2048, n_out = 2048, n_tokens = state.range(0);
   const MatrixSet m = make_matrices(type, n_in, n_out, /*stream=*/false);
@@ -163,7 +163,9 @@ void register_matmul() {
     for (int threads : {1, hw}) {
       benchmark::RegisterBenchmark(("Gemm/" + t + "/threads:" + std::to_string(threads)).c_str(), BM_Gemm, type,
                                    threads)
+          ->Arg(16)  // a batched decode step of 16 sequences
           ->Arg(64)
+          ->Arg(512)  // a pp512 prompt in one step
           ->ArgName("n_tokens")
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
