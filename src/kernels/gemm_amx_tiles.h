@@ -90,11 +90,11 @@ template <class Issue0, class Issue1, class Combine>
 // scattered writes, each on its own page, halved the speed of 896-wide matrices.)
 constexpr size_t kAmxChunkBytes = 1024 * 1024;
 
-// pack(r0, rows, panel) packs rows r0..r0+rows-1; run(panel, r0, rows, tile) computes
-// them for token tile `tile`.
+// pack(r0, rows, panel) packs rows r0..r0+rows-1; run(panel, r0, rows, tile, count)
+// computes them for token tiles tile..tile+count-1, count at most tiles_per_run.
 template <class Pack, class Run>
-[[gnu::always_inline]] inline void amx_row_chunks(int64_t n_rows, int64_t n_tiles, size_t panel_bytes, Pack&& pack,
-                                                  Run&& run) {
+[[gnu::always_inline]] inline void amx_row_chunks(int64_t n_rows, int64_t n_tiles, int64_t tiles_per_run,
+                                                  size_t panel_bytes, Pack&& pack, Run&& run) {
   const int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kAmxChunkBytes / panel_bytes));
   uint8_t* panels = panel_buffer(static_cast<size_t>(per_chunk) * panel_bytes);
   for (int64_t c0 = 0; c0 < n_rows; c0 += per_chunk * kPanelRows) {
@@ -102,8 +102,10 @@ template <class Pack, class Run>
     const auto panel = [&](int64_t r0) { return panels + (r0 - c0) / kPanelRows * panel_bytes; };
     const auto rows = [&](int64_t r0) { return static_cast<int>(std::min<int64_t>(kPanelRows, c1 - r0)); };
     for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) pack(r0, rows(r0), panel(r0));
-    for (int64_t tile = 0; tile < n_tiles; ++tile)
-      for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) run(panel(r0), r0, rows(r0), tile);
+    for (int64_t tile = 0; tile < n_tiles; tile += tiles_per_run) {
+      const int count = static_cast<int>(std::min(tiles_per_run, n_tiles - tile));
+      for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) run(panel(r0), r0, rows(r0), tile, count);
+    }
   }
 }
 
@@ -177,7 +179,7 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         _mm512_store_si512(blk + 64 * g, _mm512_sub_epi8(_mm512_load_si512(blk + 64 * g), offset));
     }
   };
-  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int) {
     const uint8_t* act = acts + tile * nb * kQ8ActTile;
     __m512 acc[kAmxTokens];
 #pragma GCC unroll 16
@@ -204,7 +206,7 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
   };
-  amx_row_chunks(n_rows, n_tiles, static_cast<size_t>(nb) * K::kPanelBlock, pack, run);
+  amx_row_chunks(n_rows, n_tiles, 1, static_cast<size_t>(nb) * K::kPanelBlock, pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 
@@ -255,15 +257,14 @@ struct AmxKBlock {
   }
 };
 
-// Tiles: A (16 tokens x 64 elements: 0 and 3), B (low and high bytes of 64 elements: 1
-// and 2, 4 and 5), C (the low and high dots over the whole block: 6 and 7).
+// Token tiles in pairs (run_two), an odd last one alone (run_one); every tile is
+// 16 x 64 bytes in both.
 template <class K>
 void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using P = AmxKBlock<K>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensK) return gemm<K>(a, n_rows, n_tokens);
-  configure_tiles({{kAmxTokens, 64}, {16, 64}, {16, 64}, {kAmxTokens, 64}, {16, 64}, {16, 64},
-                   {kAmxTokens, 64}, {kAmxTokens, 64}});
+  configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
   const int64_t nb = a.n_in / kQK_K;
   const uint8_t* acts = a.amx_tiles;
   if (acts == nullptr) {
@@ -272,7 +273,9 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     acts = built;
   }
   alignas(64) uint8_t scratch[K::kPanelBlock];
-  alignas(64) int32_t lo[2][kAmxTokens * kPanelRows], hi[2][kAmxTokens * kPanelRows];
+  // Integer dots of a block, per pipeline set: for token tiles 0 and 1 of a run, the
+  // low-byte and the high-byte sums (16 tokens x 16 rows of int32 each).
+  alignas(64) int32_t dots[2][4][kAmxTokens * kPanelRows];
   const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
@@ -281,16 +284,47 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       P::pack(w, b, scratch, panel + b * P::kBytes);
     }
   };
-  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
+  // Block b's integer dots of one token tile (lo, hi) into its 16 accumulators, with the
+  // float scales (and the mins) as the reference applies them.
+  const auto combine = [&](__m512(&acc)[kAmxTokens], const int32_t* lo, const int32_t* hi, const uint8_t* blk,
+                           const uint8_t* act) {
+    const auto* dy = reinterpret_cast<const float*>(act + 4096);
+    [[maybe_unused]] const auto* sums = reinterpret_cast<const int32_t*>(act + 4096 + 64);
+    const __m512 dv = _mm512_load_ps(blk + P::kD);
+    [[maybe_unused]] __m512i mins[4];
+    [[maybe_unused]] __m512 dminv;
+    if constexpr (!P::kSignedOffset) {
+      for (int i = 0; i < 4; ++i) mins[i] = _mm512_load_si512(blk + P::kMins + 64 * i);
+      dminv = _mm512_load_ps(blk + P::kDmin);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) {
+      const __m512i isum = _mm512_add_epi32(_mm512_load_si512(lo + kPanelRows * t),
+                                            _mm512_slli_epi32(_mm512_load_si512(hi + kPanelRows * t), 8));
+      const __m512 d = _mm512_set1_ps(dy[t]);
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, d), acc[t]);
+      if constexpr (!P::kSignedOffset) {
+        __m512i imin = _mm512_setzero_si512();
+        for (int i = 0; i < 4; ++i)
+          imin = _mm512_dpwssd_epi32(imin, mins[i], _mm512_set1_epi32(sums[kAmxTokens * i + t]));
+        acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dminv, d), acc[t]);
+      }
+    }
+  };
+  // Low bytes are unsigned; high bytes signed for Q6_K, unsigned (0..7) otherwise.
+#define RIDGE_AMX_K_HI(C, A, B)                       \
+  if constexpr (P::kSignedOffset) _tile_dpbssd(C, A, B); \
+  else _tile_dpbsud(C, A, B)
+  // One token tile: tiles A (16 tokens x 64 elements: 0 and 3), B (low and high bytes of
+  // 64 elements: 1 and 2, 4 and 5), C (the low and high dots over the whole block: 6 and
+  // 7). Two sets of operand tiles take the chunks in turn, so a chunk's loads need not
+  // wait for the previous chunk's dots to finish reading the tiles (with one set: a third
+  // of this speed with the scales left out).
+  const auto run_one = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
     const uint8_t* acts_tile = acts + tile * nb * kKActTile;
     __m512 acc[kAmxTokens];
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
-    // The tiles of block b, dots into buffer `set`. Two sets of operand tiles take the
-    // chunks in turn, so a chunk's loads need not wait for the previous chunk's dots to
-    // finish reading the tiles (with one set: a third of this speed with the scales
-    // left out). Tile numbers are literals: the intrinsics paste them into the asm.
-    // Low bytes are unsigned; high bytes signed for Q6_K, unsigned (0..7) otherwise.
     const auto issue = [&](int64_t b, int set) {
       const uint8_t* blk = panel + b * P::kBytes;
       const uint8_t* act = acts_tile + b * kKActTile;
@@ -304,52 +338,86 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         RIDGE_TILE_LOAD(4, blk + P::kLo + 1024 * (c + 1), 64, 1024);
         RIDGE_TILE_LOAD(5, blk + P::kHi + 1024 * (c + 1), 64, 1024);
         _tile_dpbsud(6, 0, 1);
-        if constexpr (P::kSignedOffset) _tile_dpbssd(7, 0, 2);
-        else _tile_dpbsud(7, 0, 2);
+        RIDGE_AMX_K_HI(7, 0, 2);
         _tile_dpbsud(6, 3, 4);
-        if constexpr (P::kSignedOffset) _tile_dpbssd(7, 3, 5);
-        else _tile_dpbsud(7, 3, 5);
+        RIDGE_AMX_K_HI(7, 3, 5);
       }
-      RIDGE_TILE_STORE(6, lo[set]);
-      RIDGE_TILE_STORE(7, hi[set]);
-    };
-    const auto combine = [&](__m512(&acc)[kAmxTokens], int set, int64_t b) {
-      const uint8_t* blk = panel + b * P::kBytes;
-      const uint8_t* act = acts_tile + b * kKActTile;
-      const auto* dy = reinterpret_cast<const float*>(act + 4096);
-      [[maybe_unused]] const auto* sums = reinterpret_cast<const int32_t*>(act + 4096 + 64);
-      const __m512 dv = _mm512_load_ps(blk + P::kD);
-      [[maybe_unused]] __m512i mins[4];
-      [[maybe_unused]] __m512 dminv;
-      if constexpr (!P::kSignedOffset) {
-        for (int i = 0; i < 4; ++i) mins[i] = _mm512_load_si512(blk + P::kMins + 64 * i);
-        dminv = _mm512_load_ps(blk + P::kDmin);
-      }
-#pragma GCC unroll 16
-      for (int t = 0; t < kAmxTokens; ++t) {
-        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(lo[set] + kPanelRows * t),
-                                              _mm512_slli_epi32(_mm512_load_si512(hi[set] + kPanelRows * t), 8));
-        const __m512 d = _mm512_set1_ps(dy[t]);
-        acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(dv, d), acc[t]);
-        if constexpr (!P::kSignedOffset) {
-          __m512i imin = _mm512_setzero_si512();
-          for (int i = 0; i < 4; ++i)
-            imin = _mm512_dpwssd_epi32(imin, mins[i], _mm512_set1_epi32(sums[kAmxTokens * i + t]));
-          acc[t] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(dminv, d), acc[t]);
-        }
-      }
+      RIDGE_TILE_STORE(6, dots[set][0]);
+      RIDGE_TILE_STORE(7, dots[set][1]);
     };
     // As pipelined_blocks: the tiles of block b + 1 are issued before block b's scales
     // apply. The C tiles are the same for both; their dots go to alternate buffers.
     issue(0, 0);
     for (int64_t b = 0; b < nb; ++b) {
       if (b + 1 < nb) issue(b + 1, static_cast<int>((b + 1) % 2));
-      combine(acc, static_cast<int>(b % 2), b);
+      const int set = static_cast<int>(b % 2);
+      combine(acc, dots[set][0], dots[set][1], panel + b * P::kBytes, acts_tile + b * kKActTile);
     }
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
   };
-  amx_row_chunks(n_rows, n_tiles, static_cast<size_t>(nb) * P::kBytes, pack, run);
+  // Two token tiles over each weight tile load: A 0 and 1 (the two token tiles), B 2 and
+  // 3 (low and high bytes), C 4 and 5 (token tile 0's low and high dots), 6 and 7 (token
+  // tile 1's). Each chunk's B tiles feed four products instead of two, halving the weight
+  // bytes loaded per product, which bound the one-tile form (dropping its high-byte loads
+  // alone sped it up by a sixth on Q4_K, a third on Q6_K). With one set of operand
+  // tiles, each load of the next chunk follows the last product reading its tile.
+  const auto run_two = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
+    const uint8_t* acts0 = acts + tile * nb * kKActTile;
+    const uint8_t* acts1 = acts0 + nb * kKActTile;
+    __m512 acc0[kAmxTokens], acc1[kAmxTokens];
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    const auto issue = [&](int64_t b, int set) {
+      const uint8_t* blk = panel + b * P::kBytes;
+      const uint8_t* x0 = acts0 + b * kKActTile;
+      const uint8_t* x1 = acts1 + b * kKActTile;
+      _tile_zero(4);
+      _tile_zero(5);
+      _tile_zero(6);
+      _tile_zero(7);
+      RIDGE_TILE_LOAD(0, x0, 64, 1024);
+      RIDGE_TILE_LOAD(2, blk + P::kLo, 64, 1024);
+      RIDGE_TILE_LOAD(1, x1, 64, 1024);
+      RIDGE_TILE_LOAD(3, blk + P::kHi, 64, 1024);
+      for (int c = 0; c < 4; ++c) {
+        const bool next = c + 1 < 4;
+        _tile_dpbsud(4, 0, 2);
+        RIDGE_AMX_K_HI(5, 0, 3);
+        if (next) RIDGE_TILE_LOAD(0, x0 + 1024 * (c + 1), 64, 1024);
+        _tile_dpbsud(6, 1, 2);
+        if (next) RIDGE_TILE_LOAD(2, blk + P::kLo + 1024 * (c + 1), 64, 1024);
+        RIDGE_AMX_K_HI(7, 1, 3);
+        if (next) {
+          RIDGE_TILE_LOAD(1, x1 + 1024 * (c + 1), 64, 1024);
+          RIDGE_TILE_LOAD(3, blk + P::kHi + 1024 * (c + 1), 64, 1024);
+        }
+      }
+      RIDGE_TILE_STORE(4, dots[set][0]);
+      RIDGE_TILE_STORE(5, dots[set][1]);
+      RIDGE_TILE_STORE(6, dots[set][2]);
+      RIDGE_TILE_STORE(7, dots[set][3]);
+    };
+    issue(0, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      if (b + 1 < nb) issue(b + 1, static_cast<int>((b + 1) % 2));
+      const int set = static_cast<int>(b % 2);
+      const uint8_t* blk = panel + b * P::kBytes;
+      combine(acc0, dots[set][0], dots[set][1], blk, acts0 + b * kKActTile);
+      combine(acc1, dots[set][2], dots[set][3], blk, acts1 + b * kKActTile);
+    }
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) {
+      store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc0[t], rows);
+      store_rows16(a.y + (kAmxTokens * (tile + 1) + t) * a.ldy + r0, acc1[t], rows);
+    }
+  };
+#undef RIDGE_AMX_K_HI
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int count) {
+    if (count == 2) run_two(panel, r0, rows, tile);
+    else run_one(panel, r0, rows, tile);
+  };
+  amx_row_chunks(n_rows, n_tiles, 2, static_cast<size_t>(nb) * P::kBytes, pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 

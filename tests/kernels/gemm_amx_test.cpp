@@ -77,7 +77,7 @@ TEST(GemmAmx, EqualsScalarReferenceBitForBit) {
     for (const int64_t n : {block, block == 32 ? int64_t{9 * 32} : 3 * 256, block == 32 ? int64_t{40 * 32} : 8 * 256}) {
       for (bool extreme : {false, true}) {
         for (int64_t n_rows : {7, 16, 23, 40}) {
-          for (int64_t n_tokens : {1, 15, 16, 17, 32, 37, 50}) {  // below a tile, tiles, tiles + remainder
+          for (int64_t n_tokens : {1, 15, 16, 17, 32, 37, 50, 80}) {  // below a tile, tile pairs, + remainders
             const auto seed = static_cast<uint32_t>(n * 7 + n_rows * 131 + n_tokens);
             ASSERT_EQ(first_difference(c, n, n_rows, n_tokens, extreme, seed), -1)
                 << dtype_name(c.type) << " width " << n << " rows " << n_rows << " tokens " << n_tokens
