@@ -160,8 +160,11 @@ void gemm_q5_1_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
-// NF4 and I8_ROWS with vpdpbusd (gemm_bnb_avx512.cpp), bit-identical likewise.
+// NF4 and I8_ROWS with vpdpbusd, bit-identical likewise: row-major tiles for a few
+// tokens (gemm_bnb_avx512.cpp), 16-row panels for more (gemm_avx512_bnb_panels.h).
 void gemm_nf4_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_i8_rows_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_nf4_avx512_rows(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_i8_rows_avx512_rows(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 }  // namespace ridge::kernels

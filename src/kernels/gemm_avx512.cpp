@@ -42,6 +42,7 @@
 
 #include "core/error.h"
 #include "core/quant_blocks.h"
+#include "core/quant_bnb.h"
 #include "kernels/gemm.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/gemm_amx.h"
@@ -422,6 +423,7 @@ struct Q8Family {
 };
 
 #include "kernels/gemm_avx512_kquants.h"  // the K-quant families
+#include "kernels/gemm_avx512_bnb_panels.h"  // NF4 and I8_ROWS panels
 
 // ---- drivers -------------------------------------------------------------------------
 
@@ -551,6 +553,14 @@ void gemm_q5_1_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gem
 void gemm_q4_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<false>>(a, n_rows, n_tokens); }
 void gemm_q5_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<QK4<true>>(a, n_rows, n_tokens); }
 void gemm_q6_k_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Q6K>(a, n_rows, n_tokens); }
+void gemm_nf4_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  if (n_tokens < kBnbPanelTokens) return gemm_nf4_avx512_rows(a, n_rows, n_tokens);
+  gemm_bnb_panels<Nf4Panel>(a, n_rows, n_tokens);
+}
+void gemm_i8_rows_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  if (n_tokens < kBnbPanelTokens) return gemm_i8_rows_avx512_rows(a, n_rows, n_tokens);
+  gemm_bnb_panels<I8RowsPanel>(a, n_rows, n_tokens);
+}
 
 namespace {
 

@@ -9,7 +9,11 @@
 // x up to 4 tokens with the rows in the lanes of the float accumulators, each lane
 // running its row's scalar sequence (one fma per group, in group order).
 //
-//   gemm_nf4_avx512({n_in, w, row_size(DType::NF4, n_in), act, act_stride, y, ldy}, n_rows, n_tokens);
+// These row-major forms suit decode (a token or a few); gemm_nf4_avx512 and
+// gemm_i8_rows_avx512 (gemm_avx512.cpp) take them below kBnbPanelTokens tokens and pack
+// 16-row panels for more.
+//
+//   gemm_nf4_avx512_rows({n_in, w, row_size(DType::NF4, n_in), act, act_stride, y, ldy}, n_rows, n_tokens);
 #include <immintrin.h>
 
 #include <algorithm>
@@ -175,7 +179,9 @@ void gemm(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 
 }  // namespace
 
-void gemm_nf4_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Nf4>(a, n_rows, n_tokens); }
-void gemm_i8_rows_avx512(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<I8Rows>(a, n_rows, n_tokens); }
+void gemm_nf4_avx512_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<Nf4>(a, n_rows, n_tokens); }
+void gemm_i8_rows_avx512_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm<I8Rows>(a, n_rows, n_tokens);
+}
 
 }  // namespace ridge::kernels

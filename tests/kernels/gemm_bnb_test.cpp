@@ -26,14 +26,14 @@ using testing::random_floats;
 struct Format {
   DType type;
   float (*scalar_dot)(int64_t, const uint8_t*, const uint8_t*);
-  GemmFn avx2, avx512;
+  GemmFn avx2, avx512, avx512_rows;
 };
 
 void PrintTo(const Format& f, std::ostream* os) { *os << dtype_name(f.type); }
 
 const Format kFormats[] = {
-    {DType::NF4, vec_dot_nf4_scalar, gemm_nf4_avx2, gemm_nf4_avx512},
-    {DType::I8_ROWS, vec_dot_i8_rows_scalar, gemm_i8_rows_avx2, gemm_i8_rows_avx512},
+    {DType::NF4, vec_dot_nf4_scalar, gemm_nf4_avx2, gemm_nf4_avx512, gemm_nf4_avx512_rows},
+    {DType::I8_ROWS, vec_dot_i8_rows_scalar, gemm_i8_rows_avx2, gemm_i8_rows_avx512, gemm_i8_rows_avx512_rows},
 };
 
 // n_rows quantized rows of n_in random normal values (each row its own scale), packed.
@@ -75,7 +75,10 @@ std::vector<float> run(GemmFn fn, DType type, const std::vector<uint8_t>& w, con
 std::vector<std::pair<std::string, GemmFn>> fast_kernels(const Format& f) {
   std::vector<std::pair<std::string, GemmFn>> kernels;
   if (cpu_supports(Isa::kAvx2)) kernels.emplace_back("avx2", f.avx2);
-  if (cpu_supports(Isa::kAvx512Vnni)) kernels.emplace_back("avx512", f.avx512);
+  if (cpu_supports(Isa::kAvx512Vnni)) {
+    kernels.emplace_back("avx512", f.avx512);  // row-major below 4 tokens, panels from 4
+    kernels.emplace_back("avx512 rows", f.avx512_rows);
+  }
   for (Isa isa : testing::supported_isas())
     if (isa != Isa::kScalar) kernels.emplace_back(str_cat("table ", isa_name(isa)), gemm_kernel(f.type, isa)->gemm);
   return kernels;
@@ -105,7 +108,7 @@ TEST_P(GemmBnb, FastKernelsEqualScalarBitForBit) {
   for (int64_t n_in : widths) {
     for (bool extreme : {false, true}) {
       for (int64_t n_rows : {1, 3, 17, 64}) {
-        for (int64_t n_tokens : {1, 2, 5, 9}) {
+        for (int64_t n_tokens : {1, 2, 4, 5, 9, 18}) {
           const auto seed = static_cast<uint32_t>(n_in + 7 * n_rows + n_tokens);
           auto w = quantized_rows(f.type, n_in, n_rows, seed);
           if (extreme && f.type == DType::NF4) {  // nibbles 0 and 15: weights -127 and 127
