@@ -41,6 +41,9 @@ void gemm_q5_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+// NF4 and I8_ROWS (core/quant_bnb.h) on the same tiles as Q8_0, from their AVX-512 panels.
+void gemm_nf4_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_i8_rows_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 // The activations as the tiles read them: per 16-token tile and block, the 16 tokens'
 // bytes contiguous, then their scales (and for kQ8_K their sub-block sums). A matmul

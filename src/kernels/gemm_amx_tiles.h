@@ -153,13 +153,50 @@ inline void build_k_act_tiles(const uint8_t* act, size_t act_stride, int64_t n_i
 
 // ---- Q8_0, Q4_0, Q5_0 -----------------------------------------------------------------
 
+// The 32-element panels the Q8_0-activation tile kernel runs on: per block 8 vectors of
+// 16 rows x 4 signed bytes, then the rows' 16 float factors; after the blocks, optionally,
+// the rows' final scales. Each source provides pack (signed bytes), the panel's bytes,
+// and the AVX-512 kernel for what the tiles leave (bit-identical, so outputs do not
+// depend on which ran).
+template <class U8>
+struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shifted back to q
+  using K = Q8Family<U8>;
+  static constexpr bool kRowScale = false;
+  static size_t panel_bytes(int64_t nb) { return static_cast<size_t>(nb) * K::kPanelBlock; }
+  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+    pack_panel<K>(a, r0, rows, panel);
+    const __m512i offset = _mm512_set1_epi8(static_cast<char>(1 << U8::kShift));
+    for (int64_t b = 0; b < a.n_in / 32; ++b) {
+      uint8_t* blk = panel + b * K::kPanelBlock;
+      for (int g = 0; g < 8; ++g)
+        _mm512_store_si512(blk + 64 * g, _mm512_sub_epi8(_mm512_load_si512(blk + 64 * g), offset));
+    }
+  }
+  static void rest(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { gemm<K>(a, n_rows, n_tokens); }
+};
+template <class F, GemmFn kRest>
+struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped back to w
+  static_assert(kBnbGroupBytes == Q8Family<U8Q4_0>::kPanelBlock, "the tiles read both panels alike");
+  static constexpr bool kRowScale = true;
+  static size_t panel_bytes(int64_t nb) { return bnb_panel_bytes(nb); }
+  static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+    bnb_pack_panel<F>(a, r0, rows, panel);
+    const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+    for (int64_t g = 0; g < a.n_in / 32; ++g) {
+      uint8_t* blk = panel + g * kBnbGroupBytes;
+      for (int k = 0; k < 8; ++k) _mm512_store_si512(blk + 64 * k, _mm512_xor_si512(_mm512_load_si512(blk + 64 * k), flip));
+    }
+  }
+  static void rest(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { kRest(a, n_rows, n_tokens); }
+};
+
 // Tiles, per pipeline half: A (16 tokens x one block: 0, 1), B (the block's 8 panel
 // vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
-template <class U8>
+template <class Src>
 void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  using K = Q8Family<U8>;
+  constexpr size_t kBlock = 8 * 64 + 64;  // a block's vectors and factors in the panel
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
-  if (tiled < kAmxMinTokensQ8) return gemm<K>(a, n_rows, n_tokens);
+  if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
   const uint8_t* acts = a.amx_tiles;
@@ -169,16 +206,7 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     acts = built;
   }
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
-  // The panel holds q + 2^kShift (unsigned, for vpdpbusd); the tiles take q itself.
-  const __m512i offset = _mm512_set1_epi8(static_cast<char>(1 << U8::kShift));
-  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {
-    pack_panel<K>(a, r0, rows, panel);
-    for (int64_t b = 0; b < nb; ++b) {
-      uint8_t* blk = panel + b * K::kPanelBlock;
-      for (int g = 0; g < 8; ++g)
-        _mm512_store_si512(blk + 64 * g, _mm512_sub_epi8(_mm512_load_si512(blk + 64 * g), offset));
-    }
-  };
+  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) { Src::pack(a, r0, rows, panel); };
   const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int) {
     const uint8_t* act = acts + tile * nb * kQ8ActTile;
     __m512 acc[kAmxTokens];
@@ -188,14 +216,14 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 #define RIDGE_AMX_Q8_ISSUE(TA, TB, TC)                                     \
   [&](int64_t b) {                                                        \
     RIDGE_TILE_LOAD(TA, act + b * kQ8ActTile, 32, kAmxTokens * 32);       \
-    RIDGE_TILE_LOAD(TB, panel + b * K::kPanelBlock, 64, 8 * 64);          \
+    RIDGE_TILE_LOAD(TB, panel + b * kBlock, 64, 8 * 64);                  \
     _tile_zero(TC);                                                       \
     _tile_dpbssd(TC, TA, TB);                                             \
     RIDGE_TILE_STORE(TC, dots[TC - 4]);                                   \
   }
     const auto combine = [&](__m512(&acc)[kAmxTokens], int set, int64_t b) {
       const float* d = reinterpret_cast<const float*>(act + b * kQ8ActTile + kAmxTokens * 32);
-      const __m512 dw = _mm512_load_ps(panel + b * K::kPanelBlock + 8 * 64);
+      const __m512 dw = _mm512_load_ps(panel + b * kBlock + 8 * 64);
 #pragma GCC unroll 16
       for (int t = 0; t < kAmxTokens; ++t)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kPanelRows * t)),
@@ -203,11 +231,16 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     };
     pipelined_blocks(nb, RIDGE_AMX_Q8_ISSUE(0, 2, 4), RIDGE_AMX_Q8_ISSUE(1, 3, 5), combine, acc);
 #undef RIDGE_AMX_Q8_ISSUE
+    if constexpr (Src::kRowScale) {
+      const __m512 scale = _mm512_load_ps(panel + nb * kBlock);
+#pragma GCC unroll 16
+      for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_mul_ps(acc[t], scale);
+    }
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
   };
-  amx_row_chunks(n_rows, n_tiles, 1, static_cast<size_t>(nb) * K::kPanelBlock, pack, run);
-  if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
+  amx_row_chunks(n_rows, n_tiles, 1, Src::panel_bytes(nb), pack, run);
+  if (tiled < n_tokens) Src::rest(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 
 // ---- Q4_K, Q5_K, Q6_K ----------------------------------------------------------------

@@ -572,9 +572,21 @@ void amx_entry(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 
 }  // namespace
 
-void gemm_q8_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q8_0>>(a, n_rows, n_tokens); }
-void gemm_q4_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q4_0>>(a, n_rows, n_tokens); }
-void gemm_q5_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_q8<U8Q5_0>>(a, n_rows, n_tokens); }
+void gemm_q8_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxQ8Source<U8Q8_0>>>(a, n_rows, n_tokens);
+}
+void gemm_q4_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxQ8Source<U8Q4_0>>>(a, n_rows, n_tokens);
+}
+void gemm_q5_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxQ8Source<U8Q5_0>>>(a, n_rows, n_tokens);
+}
+void gemm_nf4_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxBnbSource<Nf4Panel, gemm_nf4_avx512>>>(a, n_rows, n_tokens);
+}
+void gemm_i8_rows_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxBnbSource<I8RowsPanel, gemm_i8_rows_avx512>>>(a, n_rows, n_tokens);
+}
 void gemm_q4_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<QK4<false>>>(a, n_rows, n_tokens); }
 void gemm_q5_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<QK4<true>>>(a, n_rows, n_tokens); }
 void gemm_q6_k_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { amx_entry<gemm_amx_k<Q6K>>(a, n_rows, n_tokens); }

@@ -105,29 +105,40 @@ void bnb_panel_tokens(const GemmArgs& a, const uint8_t* panel, int64_t ng, __m51
   bnb_panel_tokens<T>(a, panel, ng, row_scale, r0, rows, t0);
 }
 
+// Bytes of a packed panel of ng groups: the groups, then the 16 rows' final scales.
+inline size_t bnb_panel_bytes(int64_t ng) { return static_cast<size_t>(ng) * kBnbGroupBytes + 64; }
+
+// Packs rows r0..r0+rows-1 (missing rows repeat the last) of format F into a panel.
+template <class F>
+void bnb_pack_panel(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+  const int64_t ng = a.n_in / 32;
+  F f;
+  const uint8_t* w[kPanelRows];
+  for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+  f.rows(a, w);
+  for (int64_t k = 0; 2 * k < ng; ++k) {  // groups 2k and 2k + 1
+    __m256i lo[kPanelRows], hi[kPanelRows];
+    const bool pair = 2 * k + 1 < ng;
+    f.group_pair(k, lo, hi, pair);
+    for (int h = 0; h < (pair ? 2 : 1); ++h) {
+      const int64_t g = 2 * k + h;
+      uint8_t* blk = panel + g * kBnbGroupBytes;
+      transpose16x8_store(h == 0 ? lo : hi, blk);
+      auto* factors = reinterpret_cast<float*>(blk + 8 * 64);
+      for (int r = 0; r < kPanelRows; ++r) factors[r] = f.factor(r, g);
+    }
+  }
+  _mm512_store_ps(panel + ng * kBnbGroupBytes, f.row_scale());
+}
+
 template <class F>
 void gemm_bnb_panels(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t ng = a.n_in / 32;
-  uint8_t* panel = panel_buffer(static_cast<size_t>(ng) * kBnbGroupBytes);
-  F f;
+  uint8_t* panel = panel_buffer(bnb_panel_bytes(ng));
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
-    const uint8_t* w[kPanelRows];
-    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
-    f.rows(a, w);
-    for (int64_t k = 0; 2 * k < ng; ++k) {  // groups 2k and 2k + 1
-      __m256i lo[kPanelRows], hi[kPanelRows];
-      const bool pair = 2 * k + 1 < ng;
-      f.group_pair(k, lo, hi, pair);
-      for (int h = 0; h < (pair ? 2 : 1); ++h) {
-        const int64_t g = 2 * k + h;
-        uint8_t* blk = panel + g * kBnbGroupBytes;
-        transpose16x8_store(h == 0 ? lo : hi, blk);
-        auto* factors = reinterpret_cast<float*>(blk + 8 * 64);
-        for (int r = 0; r < kPanelRows; ++r) factors[r] = f.factor(r, g);
-      }
-    }
-    const __m512 row_scale = f.row_scale();
+    bnb_pack_panel<F>(a, r0, rows, panel);
+    const __m512 row_scale = _mm512_load_ps(panel + ng * kBnbGroupBytes);
     for (int64_t t0 = 0; t0 < n_tokens; t0 += 4)
       bnb_panel_tokens(a, panel, ng, row_scale, r0, rows, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)));
   }

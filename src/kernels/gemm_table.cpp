@@ -98,7 +98,7 @@ GemmTable avx512_vnni_table() {
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();  // F16, BF16, NF4, I8_ROWS, Q4_1, Q5_1: as there
+  GemmTable t = avx512_vnni_table();  // F16, BF16, Q4_1, Q5_1: as there
   // The tile kernels hand batches too small for the tiles, and every token past the last
   // whole 16-token tile, to the AVX-512 VNNI kernels (gemm_amx.h).
   const Isa x = Isa::kAmxInt8;
@@ -108,6 +108,8 @@ GemmTable amx_int8_table() {
   put(t, x, DType::Q4_K, gemm_q4_k_amx);
   put(t, x, DType::Q5_K, gemm_q5_k_amx);
   put(t, x, DType::Q6_K, gemm_q6_k_amx);
+  put(t, x, DType::NF4, gemm_nf4_amx);
+  put(t, x, DType::I8_ROWS, gemm_i8_rows_amx);
   return t;
 }
 

@@ -183,9 +183,10 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
       transpose_q8_0_scales(dst, act_stride, n_in, n_tokens, scales_t);
       used += 2 * q8_0_scales_t_floats(n_in, n_tokens) * sizeof(float);
     }
-    // The AMX kernels read the tokens laid out per 16-token tile: done here once for
-    // all threads, not by every thread's share of the rows. (I8_ROWS, whose masks would
-    // sit here, has no AMX kernel.)
+    if (masks != nullptr) used += static_cast<size_t>(n_tokens * mask_words) * sizeof(uint64_t);
+    // The AMX kernels read the tokens laid out per 16-token tile (after the outlier
+    // masks, for I8_ROWS): done here once for all threads, not by every thread's share
+    // of the rows.
     const bool amx = std::any_of(kernels.begin(), kernels.end(), [](const GemmKernel* k) { return k->isa == Isa::kAmxInt8; });
     if (amx && n_tokens >= 16) {
       uint8_t* tiles = dst + round_up_64(used);

@@ -108,7 +108,7 @@ TEST_P(GemmBnb, FastKernelsEqualScalarBitForBit) {
   for (int64_t n_in : widths) {
     for (bool extreme : {false, true}) {
       for (int64_t n_rows : {1, 3, 17, 64}) {
-        for (int64_t n_tokens : {1, 2, 4, 5, 9, 18}) {
+        for (int64_t n_tokens : {1, 2, 4, 5, 9, 18, 40}) {  // AMX: a tile + 2, two tiles + 8
           const auto seed = static_cast<uint32_t>(n_in + 7 * n_rows + n_tokens);
           auto w = quantized_rows(f.type, n_in, n_rows, seed);
           if (extreme && f.type == DType::NF4) {  // nibbles 0 and 15: weights -127 and 127
