@@ -123,8 +123,8 @@ void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
 }
 
-const DType kTypes[] = {DType::F32, DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0,
-                        DType::Q5_0, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
+                        DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
 void register_matmul() {
   const int hw = hardware_threads();

@@ -38,6 +38,8 @@ const std::string& amx_status();
 void gemm_q8_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_0_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_1_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q5_1_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_amx(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);

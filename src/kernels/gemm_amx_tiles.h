@@ -109,8 +109,9 @@ template <class Pack, class Run>
   }
 }
 
-// Activation tile of a 32-element block: 16 tokens x 32 bytes, then their 16 scales.
-constexpr size_t kQ8ActTile = kAmxTokens * 32 + 64;
+// Activation tile of a 32-element block: 16 tokens x 32 bytes, then their 16 scales and
+// their 16 sums (int32: Q4_1/Q5_1's min term).
+constexpr size_t kQ8ActTile = kAmxTokens * 32 + 64 + 64;
 
 // Activation tile of a 256-element block: 4 A tiles (16 tokens x 64 bytes each), the
 // 16 tokens' scales, and for Q4_K/Q5_K their 16-sums added per sub-block and paired as
@@ -126,10 +127,12 @@ inline void build_q8_act_tiles(const uint8_t* act, size_t act_stride, int64_t n_
     for (int t = 0; t < kAmxTokens; ++t) {
       const uint8_t* row = act + (kAmxTokens * tile + t) * act_stride;
       const auto* d = reinterpret_cast<const float*>(row + n_in);
+      const auto* sums = reinterpret_cast<const int32_t*>(d + nb);
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* dst = tiles + (tile * nb + b) * kQ8ActTile;
         std::memcpy(dst + 32 * t, row + 32 * b, 32);
         reinterpret_cast<float*>(dst + kAmxTokens * 32)[t] = d[b];
+        reinterpret_cast<int32_t*>(dst + kAmxTokens * 32 + 64)[t] = sums[b];
       }
     }
 }
@@ -162,9 +165,14 @@ template <class U8>
 struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shifted back to q
   using K = Q8Family<U8>;
   static constexpr bool kRowScale = false;
+  // Q4_1/Q5_1: q unsigned as stored (products as signed x unsigned bytes), and after the
+  // block's scales its mins, whose term is the reference's second fma, m * sum(y).
+  static constexpr bool kMin = U8::kMin;
+  static constexpr size_t kBlock = K::kPanelBlock;
   static size_t panel_bytes(int64_t nb) { return static_cast<size_t>(nb) * K::kPanelBlock; }
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
     pack_panel<K>(a, r0, rows, panel);
+    if constexpr (kMin) return;
     const __m512i offset = _mm512_set1_epi8(static_cast<char>(1 << U8::kShift));
     for (int64_t b = 0; b < a.n_in / 32; ++b) {
       uint8_t* blk = panel + b * K::kPanelBlock;
@@ -177,7 +185,8 @@ struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shift
 template <class F, GemmFn kRest>
 struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped back to w
   static_assert(kBnbGroupBytes == Q8Family<U8Q4_0>::kPanelBlock, "the tiles read both panels alike");
-  static constexpr bool kRowScale = true;
+  static constexpr bool kRowScale = true, kMin = false;
+  static constexpr size_t kBlock = kBnbGroupBytes;
   static size_t panel_bytes(int64_t nb) { return bnb_panel_bytes(nb); }
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
     bnb_pack_panel<F>(a, r0, rows, panel);
@@ -194,7 +203,7 @@ struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped ba
 // vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
 template <class Src>
 void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  constexpr size_t kBlock = 8 * 64 + 64;  // a block's vectors and factors in the panel
+  constexpr size_t kBlock = Src::kBlock;  // a block's vectors, factors (and mins) in the panel
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
@@ -218,7 +227,8 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     RIDGE_TILE_LOAD(TA, act + b * kQ8ActTile, 32, kAmxTokens * 32);       \
     RIDGE_TILE_LOAD(TB, panel + b * kBlock, 64, 8 * 64);                  \
     _tile_zero(TC);                                                       \
-    _tile_dpbssd(TC, TA, TB);                                             \
+    if constexpr (Src::kMin) _tile_dpbsud(TC, TA, TB);                    \
+    else _tile_dpbssd(TC, TA, TB);                                        \
     RIDGE_TILE_STORE(TC, dots[TC - 4]);                                   \
   }
     const auto combine = [&](__m512(&acc)[kAmxTokens], int set, int64_t b) {
@@ -228,6 +238,14 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       for (int t = 0; t < kAmxTokens; ++t)
         acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kPanelRows * t)),
                                  _mm512_mul_ps(dw, _mm512_set1_ps(d[t])), acc[t]);
+      if constexpr (Src::kMin) {
+        const auto* sums = reinterpret_cast<const int32_t*>(d + kAmxTokens);
+        const __m512 dm = _mm512_load_ps(panel + b * kBlock + 9 * 64);
+#pragma GCC unroll 16
+        for (int t = 0; t < kAmxTokens; ++t)
+          acc[t] = _mm512_fmadd_ps(_mm512_set1_ps(static_cast<float>(sums[t])), _mm512_mul_ps(dm, _mm512_set1_ps(d[t])),
+                                   acc[t]);
+      }
     };
     pipelined_blocks(nb, RIDGE_AMX_Q8_ISSUE(0, 2, 4), RIDGE_AMX_Q8_ISSUE(1, 3, 5), combine, acc);
 #undef RIDGE_AMX_Q8_ISSUE

@@ -581,6 +581,12 @@ void gemm_q4_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 void gemm_q5_0_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   amx_entry<gemm_amx_q8<AmxQ8Source<U8Q5_0>>>(a, n_rows, n_tokens);
 }
+void gemm_q4_1_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxQ8Source<U8Q4_1>>>(a, n_rows, n_tokens);
+}
+void gemm_q5_1_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  amx_entry<gemm_amx_q8<AmxQ8Source<U8Q5_1>>>(a, n_rows, n_tokens);
+}
 void gemm_nf4_amx(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   amx_entry<gemm_amx_q8<AmxBnbSource<Nf4Panel, gemm_nf4_avx512>>>(a, n_rows, n_tokens);
 }

@@ -98,13 +98,15 @@ GemmTable avx512_vnni_table() {
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();  // F16, BF16, Q4_1, Q5_1: as there
+  GemmTable t = avx512_vnni_table();  // F16, BF16: as there
   // The tile kernels hand batches too small for the tiles, and every token past the last
   // whole 16-token tile, to the AVX-512 VNNI kernels (gemm_amx.h).
   const Isa x = Isa::kAmxInt8;
   put(t, x, DType::Q8_0, gemm_q8_0_amx);
   put(t, x, DType::Q4_0, gemm_q4_0_amx);
   put(t, x, DType::Q5_0, gemm_q5_0_amx);
+  put(t, x, DType::Q4_1, gemm_q4_1_amx);
+  put(t, x, DType::Q5_1, gemm_q5_1_amx);
   put(t, x, DType::Q4_K, gemm_q4_k_amx);
   put(t, x, DType::Q5_K, gemm_q5_k_amx);
   put(t, x, DType::Q6_K, gemm_q6_k_amx);

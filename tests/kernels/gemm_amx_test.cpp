@@ -26,7 +26,8 @@ struct Case {
 };
 
 const Case kCases[] = {{DType::Q8_0, gemm_q8_0_amx}, {DType::Q4_0, gemm_q4_0_amx}, {DType::Q5_0, gemm_q5_0_amx},
-                       {DType::Q4_K, gemm_q4_k_amx}, {DType::Q5_K, gemm_q5_k_amx}, {DType::Q6_K, gemm_q6_k_amx}};
+                       {DType::Q4_1, gemm_q4_1_amx}, {DType::Q5_1, gemm_q5_1_amx}, {DType::Q4_K, gemm_q4_k_amx},
+                       {DType::Q5_K, gemm_q5_k_amx}, {DType::Q6_K, gemm_q6_k_amx}};
 
 #define SKIP_WITHOUT_AMX() \
   if (!amx_usable()) GTEST_SKIP() << "skipped: no AMX (" << amx_status() << ")"
