@@ -15,6 +15,22 @@
 
 namespace ridge {
 
+namespace {
+
+// fn(begin, end) over the token rows [0, n_rows) of an elementwise or per-row step (norms,
+// residual adds, activations): split over the pool for a prompt, on the caller for a
+// decode step's row or few. Each row is computed alike either way.
+template <class Fn>
+void for_rows(ThreadPool& pool, int64_t n_rows, int64_t row_elements, Fn&& fn) {
+  constexpr int64_t kParallelElements = 65536;  // below, waking the pool costs more
+  if (n_rows > 1 && n_rows * row_elements >= kParallelElements)
+    pool.parallel_for(n_rows, [&](int64_t begin, int64_t end, int) { fn(begin, end); });
+  else
+    fn(0, n_rows);
+}
+
+}  // namespace
+
 std::unique_ptr<Model> Model::load(const std::string& path, const ModelOptions& options) {
   return std::unique_ptr<Model>(new Model(gguf::File::open(path), options));
 }
@@ -342,28 +358,35 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   const int64_t q_dim = int64_t{c.n_head} * c.d_head;
   const int64_t kv_dim = int64_t{c.n_kv_head} * c.d_head;
 
-  kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  const int64_t d = c.n_embd;
+  for_rows(pool_, n, d, [&](int64_t t0, int64_t t1) {
+    kernels::rms_norm(x_.data() + t0 * d, w.attn_norm, h_.data() + t0 * d, t1 - t0, d, c.norm_eps);
+  });
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kQkv, h_.data(), n, c.n_embd);
   {  // one parallel region, h quantized once
     const kernels::WeightMatrix* ws[] = {&w.wq, &w.wk, &w.wv};
     float* ys[] = {q_.data(), k_.data(), v_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
   }
-  if (c.qkv_bias) {
-    for (int32_t t = 0; t < n; ++t) {
-      kernels::add(q_.data() + t * q_dim, w.bq, q_.data() + t * q_dim, q_dim);
-      kernels::add(k_.data() + t * kv_dim, w.bk, k_.data() + t * kv_dim, kv_dim);
-      kernels::add(v_.data() + t * kv_dim, w.bv, v_.data() + t * kv_dim, kv_dim);
+  for_rows(pool_, n, q_dim + 2 * kv_dim, [&](int64_t t0, int64_t t1) {
+    float* q = q_.data() + t0 * q_dim;
+    float* k = k_.data() + t0 * kv_dim;
+    if (c.qkv_bias) {
+      for (int64_t t = 0; t < t1 - t0; ++t) {
+        kernels::add(q + t * q_dim, w.bq, q + t * q_dim, q_dim);
+        kernels::add(k + t * kv_dim, w.bk, k + t * kv_dim, kv_dim);
+        kernels::add(v_.data() + (t0 + t) * kv_dim, w.bv, v_.data() + (t0 + t) * kv_dim, kv_dim);
+      }
     }
-  }
-  if (c.qk_norm) {
-    kernels::rms_norm(q_.data(), w.q_norm, q_.data(), int64_t{n} * c.n_head, c.d_head, c.norm_eps);
-    kernels::rms_norm(k_.data(), w.k_norm, k_.data(), int64_t{n} * c.n_kv_head, c.d_head, c.norm_eps);
-  }
-  if (c.qk_norm_full) {
-    kernels::rms_norm(q_.data(), w.q_norm, q_.data(), n, q_dim, c.norm_eps);
-    kernels::rms_norm(k_.data(), w.k_norm, k_.data(), n, kv_dim, c.norm_eps);
-  }
+    if (c.qk_norm) {
+      kernels::rms_norm(q, w.q_norm, q, (t1 - t0) * c.n_head, c.d_head, c.norm_eps);
+      kernels::rms_norm(k, w.k_norm, k, (t1 - t0) * c.n_kv_head, c.d_head, c.norm_eps);
+    }
+    if (c.qk_norm_full) {
+      kernels::rms_norm(q, w.q_norm, q, t1 - t0, q_dim, c.norm_eps);
+      kernels::rms_norm(k, w.k_norm, k, t1 - t0, kv_dim, c.norm_eps);
+    }
+  });
   const kernels::RopeParams& rope = rope_params_[layer_rope_[il]];
   kernels::rope_apply(q_.data(), rope_table(layer_rope_[il]), n, c.n_head, c.d_head, rope);
   kernels::rope_apply(k_.data(), rope_table(layer_rope_[il]), n, c.n_kv_head, c.d_head, rope);
@@ -435,8 +458,18 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
     observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));
   kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's heads' share of the projection
-  if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_attn_norm, h_.data(), n, c.n_embd, c.norm_eps);
-  kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
+  residual(w.post_attn_norm, n);
+}
+
+// x += h, after h's own norm where the model has sandwich norms (Gemma 3).
+void Model::residual(const float* post_norm, int32_t n) {
+  const ModelConfig& c = shard_config_;
+  const int64_t d = c.n_embd;
+  for_rows(pool_, n, d, [&](int64_t t0, int64_t t1) {
+    float* h = h_.data() + t0 * d;
+    if (c.sandwich_norm) kernels::rms_norm(h, post_norm, h, t1 - t0, d, c.norm_eps);
+    kernels::add(x_.data() + t0 * d, h, x_.data() + t0 * d, (t1 - t0) * d);
+  });
 }
 
 void Model::mlp_layer(int il, int32_t n) {
@@ -446,32 +479,28 @@ void Model::mlp_layer(int il, int32_t n) {
     moe_layer(il, n);
     return;
   }
-  const int64_t n_ff_total = int64_t{n} * c.n_ff;
-  kernels::rms_norm(x_.data(), w.ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
+  const int64_t d = c.n_embd;
+  for_rows(pool_, n, d, [&](int64_t t0, int64_t t1) {
+    kernels::rms_norm(x_.data() + t0 * d, w.ffn_norm, h_.data() + t0 * d, t1 - t0, d, c.norm_eps);
+  });
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kGateUp, h_.data(), n, c.n_embd);
   {
     const kernels::WeightMatrix* ws[] = {&w.w_gate, &w.w_up};
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
   }
-  // The gated activation, elementwise: split over the pool by token rows for a prompt
-  // (one thread spent about 6% of a 1.5B model's pp512 here while the other waited);
-  // a decode step's row or two stays on the caller. Every element is computed alike.
-  const auto activate = [&](int64_t begin, int64_t end, int) {
-    const int64_t o = begin * c.n_ff, len = (end - begin) * c.n_ff;
+  // (On one thread, the activation alone was about 6% of a 1.5B model's pp512.)
+  for_rows(pool_, n, c.n_ff, [&](int64_t t0, int64_t t1) {
+    const int64_t o = t0 * c.n_ff, len = (t1 - t0) * c.n_ff;
     if (c.activation == Activation::kGelu)
       kernels::geglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
     else
       kernels::swiglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
-  };
-  constexpr int64_t kParallelActivationElements = 65536;
-  if (n_ff_total >= kParallelActivationElements) pool_.parallel_for(n, activate);
-  else activate(0, n, 0);
+  });
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
   kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's feed-forward share
-  if (c.sandwich_norm) kernels::rms_norm(h_.data(), w.post_ffn_norm, h_.data(), n, c.n_embd, c.norm_eps);
-  kernels::add(x_.data(), h_.data(), x_.data(), int64_t{n} * c.n_embd);
+  residual(w.post_ffn_norm, n);
 }
 
 }  // namespace ridge

@@ -184,6 +184,7 @@ class Model {
   void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
   void mlp_layer(int il, int32_t n_tokens);
+  void residual(const float* post_norm, int32_t n_tokens);  // x += (normed) h, per token row
   void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp
   void route_tokens(int il, int32_t n_tokens);
   void load_step_tables(const Batch& batch, const KvCache& cache);
