@@ -18,6 +18,7 @@ ridge's, and it costs one batched pass instead of 31 single-token ones (a minute
 
 from __future__ import annotations
 
+import functools
 import os
 import subprocess
 import sys
@@ -36,7 +37,10 @@ TOOL = BUILD / "tests" / "ridge_logits"
 RIDGE = BUILD / "ridge"
 
 
+@functools.cache
 def cached_model(name: str) -> Path | None:
+    """The model's path once scripts/fetch-models has checked it (size and sha256, seconds
+    for the 1.5B model), or None; checked once per test process."""
     out = subprocess.run([str(ROOT / "scripts" / "fetch-models"), "--cached-only", "--path", name],
                          capture_output=True, text=True)
     path = out.stdout.strip()
