@@ -4,12 +4,14 @@ when a test needs only a few keys (the chat template, the special tokens).
 
     md = read_metadata(path)          # {key: value}
     md["tokenizer.chat_template"]     # str; arrays are lists (numbers: numpy arrays)
+    md, tensors = read_header(path)   # and each tensor's name, shape (ggml order), type id
 """
 
 from __future__ import annotations
 
 import mmap
 import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -25,11 +27,32 @@ class GgufMetadataError(ValueError):
     pass
 
 
+@dataclass
+class TensorInfo:
+    name: str
+    shape: tuple[int, ...]   # ggml order: the row length first
+    type: int                # GGML type id
+
+    @property
+    def n_elements(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+
 def read_metadata(path: str | Path) -> dict:
     """{key: value} of the file's metadata (strings as UTF-8 text; raises
     GgufMetadataError naming the file and offset on a malformed one)."""
     with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
         return _Parser(m, str(path)).metadata()
+
+
+def read_header(path: str | Path) -> tuple[dict, list[TensorInfo]]:
+    """The metadata and the tensor directory (not the tensors' data)."""
+    with open(path, "rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+        parser = _Parser(m, str(path))
+        return parser.metadata(), parser.tensors()
 
 
 class _Parser:
@@ -83,10 +106,22 @@ class _Parser:
         version = self.take("<I")
         if version < 2:
             self.fail(f"GGUF version {version} (64-bit counts need version 2 or later)")
-        self.take("<Q")  # tensor count
+        self.n_tensors = self.take("<Q")
         n_kv = self.take("<Q")
         out = {}
         for _ in range(n_kv):
             key = self.string()
             out[key] = self.value(self.take("<I"))
+        return out
+
+    def tensors(self) -> list[TensorInfo]:
+        """Call after metadata(): the tensor infos that follow it."""
+        out = []
+        for _ in range(self.n_tensors):
+            name = self.string()
+            n_dims = self.take("<I")
+            shape = tuple(self.take("<Q") for _ in range(n_dims))
+            ttype = self.take("<I")
+            self.take("<Q")  # data offset
+            out.append(TensorInfo(name, shape, ttype))
         return out
