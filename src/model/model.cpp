@@ -275,10 +275,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   // which the layers no longer need.
   const int32_t n_hidden = b.n_hidden_rows();
   if (n_hidden > 0) {
-    for (int32_t i = 0; i < n_hidden; ++i)
-      std::memcpy(h_.data() + static_cast<size_t>(i) * c.n_embd,
-                  x_.data() + static_cast<size_t>(b.hidden_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
-    kernels::rms_norm(h_.data(), weights_.output_norm, h_.data(), n_hidden, c.n_embd, c.norm_eps);
+    output_norm_rows(b.hidden_rows, h_.data());
     sink.on_hidden(n_hidden, h_.data());
   }
 
@@ -286,10 +283,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   // sink's rows at a time.
   const int32_t n_out = b.n_logit_rows();
   if (n_out == 0) return;
-  for (int32_t i = 0; i < n_out; ++i)
-    std::memcpy(final_.data() + static_cast<size_t>(i) * c.n_embd,
-                x_.data() + static_cast<size_t>(b.logit_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
-  kernels::rms_norm(final_.data(), weights_.output_norm, final_.data(), n_out, c.n_embd, c.norm_eps);
+  output_norm_rows(b.logit_rows, final_.data());
   for (int32_t first = 0; first < n_out; first += sink.max_rows) {
     const int32_t n = std::min(sink.max_rows, n_out - first);
     kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
@@ -298,6 +292,13 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
     if (sink.on_rows) sink.on_rows(first, n, sink.buffer);
   }
+}
+
+void Model::output_norm_rows(std::span<const int32_t> rows, float* out) {
+  const ModelConfig& c = config_;
+  for (size_t i = 0; i < rows.size(); ++i)
+    std::memcpy(out + i * c.n_embd, x_.data() + static_cast<size_t>(rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
+  kernels::rms_norm(out, weights_.output_norm, out, static_cast<int64_t>(rows.size()), c.n_embd, c.norm_eps);
 }
 
 void Model::embed(const Batch& b, float* x) {

@@ -190,6 +190,9 @@ class Model {
   void load_step_tables(const Batch& batch, const KvCache& cache);
   void run_layers(const Batch& batch, KvCache& cache);
   void all_reduce(float* x, int64_t n);
+  // The residual stream's rows (x_) through the output norm, into out [rows.size()][n_embd]:
+  // what the output projection (and the embeddings' sink) reads, on every rank.
+  void output_norm_rows(std::span<const int32_t> rows, float* out);
   void gather_logits(float* logits, int32_t n);  // rank 0: [n][n_vocab], its columns first
   void tp_worker_logits(const Batch& batch, int32_t max_rows);
   // Tensor parallelism (model_tp.cpp): rank 0 announces a new cache, then sends each step.

@@ -90,10 +90,7 @@ void Model::tp_worker_logits(const Batch& b, int32_t max_rows) {
   const ModelConfig& c = config_;
   const int32_t n_out = b.n_logit_rows();
   if (n_out == 0) return;
-  for (int32_t i = 0; i < n_out; ++i)
-    std::memcpy(final_.data() + static_cast<size_t>(i) * c.n_embd,
-                x_.data() + static_cast<size_t>(b.logit_rows[i]) * c.n_embd, sizeof(float) * c.n_embd);
-  kernels::rms_norm(final_.data(), weights_.output_norm, final_.data(), n_out, c.n_embd, c.norm_eps);
+  output_norm_rows(b.logit_rows, final_.data());
   const size_t need = static_cast<size_t>(std::min(max_rows, n_out)) * static_cast<size_t>(shard_.n_vocab);
   if (tp_logits_.size() < need) tp_logits_.resize(need);  // grows to the largest slice, once
   for (int32_t first = 0; first < n_out; first += max_rows) {

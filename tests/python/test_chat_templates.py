@@ -17,11 +17,12 @@ import subprocess
 from datetime import datetime
 from pathlib import Path
 
-import gguf
 import jinja2
 import jinja2.ext
 import pytest
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from gguf_metadata import read_metadata
 
 ROOT = Path(__file__).resolve().parents[2]
 BUILD = Path(os.environ.get("RIDGE_BUILD_DIR", ROOT / "build"))
@@ -64,20 +65,15 @@ def render_reference(source, messages, tools, add_generation_prompt, bos, eos):
 # --- the templates ------------------------------------------------------------------------
 
 def gguf_template(path):
-    reader = gguf.GGUFReader(str(path))
-    field = reader.fields.get("tokenizer.chat_template")
-    if field is None:
+    md = read_metadata(path)
+    source = md.get("tokenizer.chat_template")
+    if source is None:
         return None
 
     def token_text(key):
-        f = reader.fields.get(key)
-        if f is None:
-            return ""
-        token_id = int(f.parts[f.data[0]][0])
-        tokens = reader.fields["tokenizer.ggml.tokens"]
-        return bytes(tokens.parts[tokens.data[token_id]]).decode()
+        token_id = md.get(key)
+        return "" if token_id is None else md["tokenizer.ggml.tokens"][int(token_id)]
 
-    source = bytes(field.parts[field.data[0]]).decode()
     return source, token_text("tokenizer.ggml.bos_token_id"), token_text("tokenizer.ggml.eos_token_id")
 
 

@@ -17,6 +17,8 @@ must be removed.
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 import subprocess
 import sys
 from dataclasses import dataclass, field
@@ -80,10 +82,11 @@ def rows_for(window: int) -> list[int]:
     return sorted({0, w - 1, w, w + 7, N_TOKENS - 1})
 
 
-def reference_without(path: Path, what: str) -> ref.Model:
-    """The reference model with one feature taken away, to show the feature matters."""
-    model = ref.load(path)
-    hp = model.hparams
+def reference_without(loaded: ref.Model, what: str) -> ref.Model:
+    """The reference model with one feature taken away, to show the feature matters: a copy
+    sharing the loaded weights, with its own hyperparameters (a reload costs seconds)."""
+    model = copy.copy(loaded)
+    model.hparams = hp = dataclasses.replace(loaded.hparams)
     if what == "window":
         hp.sliding_window = 0
     elif what == "rope":
@@ -111,10 +114,10 @@ def test_logits_match_reference(case: Case, tmp_path):
         assert model.min_router_margin > MIN_ROUTER_MARGIN, \
             f"{case.id}: routing near-tie ({model.min_router_margin:.2g}); pick another seed"
     if 0 < window < N_TOKENS:
-        plain = reference_without(path, "window").forward(tokens, rows=rows[-1:])
+        plain = reference_without(model, "window").forward(tokens, rows=rows[-1:])
         assert np.max(np.abs(plain - theirs[-1:])) > 1e-2, f"{case.id}: the window must change the last row"
     if case.rope_in_force:
-        plain = reference_without(path, "rope").forward(tokens, rows=rows[-1:])
+        plain = reference_without(model, "rope").forward(tokens, rows=rows[-1:])
         assert np.max(np.abs(plain - theirs[-1:])) > 1e-2, f"{case.id}: the RoPE scaling must change the logits"
 
     ours, our_greedy = ridge_logits(path, tokens, rows, tmp_path, greedy=N_GREEDY, batch=PREFILL_CHUNK)

@@ -31,12 +31,21 @@ def run_with_isa(isa: str, *args: str) -> subprocess.CompletedProcess:
     return subprocess.run([str(RIDGE), *args], capture_output=True, text=True, env=env, timeout=600)
 
 
+_isas_checked = False
+
+
 def require_isas(model) -> None:
+    """Skips unless this CPU runs both ISAs; the first test asks ridge (with its model), the
+    rest of the process reuses the answer, a property of the CPU."""
+    global _isas_checked
+    if _isas_checked:
+        return
     for isa in ("avx512_vnni", "amx_int8"):
         res = run_with_isa(isa, "run", "-m", str(model), "-p", "a", "-n", "1", "--temp", "0")
         if res.returncode != 0 and f"RIDGE_ISA={isa}" in res.stderr:
             pytest.skip(f"skipped: no {isa} on this CPU ({res.stderr.strip().splitlines()[-1]})")
         assert res.returncode == 0, res.stderr
+    _isas_checked = True
 
 
 def model_or_skip(name: str):
