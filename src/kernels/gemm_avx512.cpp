@@ -157,16 +157,40 @@ uint8_t* panel_buffer(size_t bytes) { return thread_buffer<0>(bytes, "weight pan
 // one contiguous range, so each block step prefetches its share of that range: memory
 // is requested in order, one tile ahead. Prefetching past the matrix is harmless.
 // Packing a panel (16 rows) does the same for the next panel.
+//
+// The next tile goes into L1 only while it and the tile being read fit together in a
+// 32 KiB L1d (Zen 4's; 48 KiB on Zen 5 and recent Xeons). Long rows make large tiles (8
+// rows of Qwen2.5 1.5B's ffn_down, 8960 inputs, are 59 KiB of Q6_K): fetched into L1 they
+// evict the current tile's lines before those are read, and on Zen 4 such matrices
+// streamed at half the rate of the AVX2 kernels, which read one row at a time. Those
+// tiles are fetched into L2 and read from there (docs/benchmarks.md, "Zen 4").
+constexpr size_t kL1PrefetchTileBytes = 16 * 1024;
+
 template <int kRows = kDecodeRows>
-inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, int part = 0,
-                           int parts = 1) {
+inline bool next_tile_into_l1(const GemmArgs& a) { return kRows * a.w_stride <= kL1PrefetchTileBytes; }
+
+// The decode tiles decide `into_l1` once per tile (next_tile_into_l1): their block steps
+// are short, and Gemma 3's output matrix alone makes 650k of them a token.
+template <int kRows = kDecodeRows>
+inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1,
+                           int part = 0, int parts = 1) {
   const size_t step = kRows * block_bytes;
-  const uint8_t* next = a.w + (r0 + kRows) * a.w_stride + b * step;
+  const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride + b * step);
   // Part `part` of `parts`: a long step's prefetches spread over its work, so they do not
   // queue behind each other for the few line-fill buffers at once.
   const size_t lines = (step + 63) / 64;
   const size_t begin = lines * part / parts, end = lines * (part + 1) / parts;
-  for (size_t i = begin; i < end; ++i) _mm_prefetch(reinterpret_cast<const char*>(next + 64 * i), _MM_HINT_T0);
+  if (into_l1) {
+    for (size_t i = begin; i < end; ++i) _mm_prefetch(next + 64 * i, _MM_HINT_T0);
+  } else {
+    for (size_t i = begin; i < end; ++i) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+  }
+}
+
+template <int kRows = kDecodeRows>
+inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, int part = 0,
+                           int parts = 1) {
+  prefetch_ahead<kRows>(a, r0, b, block_bytes, next_tile_into_l1<kRows>(a), part, parts);
 }
 
 // Stores lanes 0..rows-1 of a 16-float vector to y[0..rows-1].
@@ -315,8 +339,9 @@ struct Q8Family {
     __m512 dw = rows16_f16(0);
     [[maybe_unused]] __m512 dm;  // kMin: the 16 rows' mins
     if constexpr (U8::kMin) dm = rows16_f16(2);
+    const bool into_l1 = next_tile_into_l1<kPanelRows>(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes);
+      prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes, into_l1);
       const __mmask32 mask = b + 1 < nb ? with_next_d : block_only;
       __m256i v[kPanelRows];
       for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(mask, w[r] + b * U8::kBytes + U8::kHead);
@@ -365,11 +390,12 @@ struct Q8Family {
     for (int t = 0; t < T; ++t) y[t] = act_row(a, t0 + t);
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const bool into_l1 = next_tile_into_l1(a);
     for (int64_t b = 0; b < nb; ++b) {
       const size_t off = b * U8::kBytes;
       __m256i wq[kDecodeRows];
       for (int r = 0; r < kDecodeRows; ++r) wq[r] = U8::load(w[r] + off);
-      prefetch_ahead(a, r0, b, U8::kBytes);
+      prefetch_ahead(a, r0, b, U8::kBytes, into_l1);
       const __m256 dw = f16_rows8(w, off);
       for (int t = 0; t < T; ++t) {
         const __m256i yq = load256(y[t].q + 32 * b);

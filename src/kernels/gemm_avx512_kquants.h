@@ -71,8 +71,9 @@ struct QK4 {
                                          _mm256_set1_epi16(static_cast<short>(0x8000 | (2 * j + 1))), 1);
     const __m256i pick_mins = _mm256_setr_epi8(8, -128, 8, -128, 9, -128, 9, -128, 10, -128, 10, -128, 11, -128, 11, -128,
                                                12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
+    const bool into_l1 = next_tile_into_l1(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead(a, r0, b, sizeof(Block));
+      prefetch_ahead(a, r0, b, sizeof(Block), into_l1);
       __m256i isum[T][8], imin[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const Block& blk = w[r][b];
@@ -233,8 +234,9 @@ struct Q6K {
     }
     __m256 acc[T];
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
+    const bool into_l1 = next_tile_into_l1(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead(a, r0, b, sizeof(BlockQ6_K));
+      prefetch_ahead(a, r0, b, sizeof(BlockQ6_K), into_l1);
       __m256i isum[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const BlockQ6_K& blk = w[r][b];
