@@ -169,11 +169,12 @@ constexpr size_t kL1PrefetchTileBytes = 16 * 1024;
 template <int kRows = kDecodeRows>
 inline bool next_tile_into_l1(const GemmArgs& a) { return kRows * a.w_stride <= kL1PrefetchTileBytes; }
 
-// The decode tiles decide `into_l1` once per tile (next_tile_into_l1): their block steps
-// are short, and Gemma 3's output matrix alone makes 650k of them a token.
+// prefetch_ahead with the cache level decided by the caller: the decode tiles decide it
+// once per tile (next_tile_into_l1), as their block steps are short and Gemma 3's output
+// matrix alone makes 650k of them a token.
 template <int kRows = kDecodeRows>
-inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1,
-                           int part = 0, int parts = 1) {
+inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1,
+                               int part = 0, int parts = 1) {
   const size_t step = kRows * block_bytes;
   const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride + b * step);
   // Part `part` of `parts`: a long step's prefetches spread over its work, so they do not
@@ -190,7 +191,7 @@ inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t bloc
 template <int kRows = kDecodeRows>
 inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, int part = 0,
                            int parts = 1) {
-  prefetch_ahead<kRows>(a, r0, b, block_bytes, next_tile_into_l1<kRows>(a), part, parts);
+  prefetch_next_tile<kRows>(a, r0, b, block_bytes, next_tile_into_l1<kRows>(a), part, parts);
 }
 
 // Stores lanes 0..rows-1 of a 16-float vector to y[0..rows-1].
@@ -341,7 +342,7 @@ struct Q8Family {
     if constexpr (U8::kMin) dm = rows16_f16(2);
     const bool into_l1 = next_tile_into_l1<kPanelRows>(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, U8::kBytes, into_l1);
+      prefetch_next_tile<kPanelRows>(a, r0, b, U8::kBytes, into_l1);
       const __mmask32 mask = b + 1 < nb ? with_next_d : block_only;
       __m256i v[kPanelRows];
       for (int r = 0; r < kPanelRows; ++r) v[r] = _mm256_maskz_loadu_epi8(mask, w[r] + b * U8::kBytes + U8::kHead);
@@ -395,7 +396,7 @@ struct Q8Family {
       const size_t off = b * U8::kBytes;
       __m256i wq[kDecodeRows];
       for (int r = 0; r < kDecodeRows; ++r) wq[r] = U8::load(w[r] + off);
-      prefetch_ahead(a, r0, b, U8::kBytes, into_l1);
+      prefetch_next_tile(a, r0, b, U8::kBytes, into_l1);
       const __m256 dw = f16_rows8(w, off);
       for (int t = 0; t < T; ++t) {
         const __m256i yq = load256(y[t].q + 32 * b);

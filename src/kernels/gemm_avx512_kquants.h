@@ -73,7 +73,7 @@ struct QK4 {
                                                12, -128, 12, -128, 13, -128, 13, -128, 14, -128, 14, -128, 15, -128, 15, -128);
     const bool into_l1 = next_tile_into_l1(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead(a, r0, b, sizeof(Block), into_l1);
+      prefetch_next_tile(a, r0, b, sizeof(Block), into_l1);
       __m256i isum[T][8], imin[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const Block& blk = w[r][b];
@@ -236,7 +236,7 @@ struct Q6K {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
     const bool into_l1 = next_tile_into_l1(a);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead(a, r0, b, sizeof(BlockQ6_K), into_l1);
+      prefetch_next_tile(a, r0, b, sizeof(BlockQ6_K), into_l1);
       __m256i isum[T][8];
       for (int r = 0; r < kDecodeRows; ++r) {
         const BlockQ6_K& blk = w[r][b];
