@@ -49,8 +49,22 @@ QuantTarget parse_quant_target(std::string_view name) {
   std::string upper(name);
   for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
   for (const TargetRow& r : kTargets)
-    if (upper == r.name) return QuantTarget{r.name, r.base, r.k_mix, r.pure, r.file_type};
+    if (upper == r.name) return QuantTarget{r.name, r.base, r.k_mix, r.pure, r.file_type, std::nullopt, std::nullopt};
   throw Error(str_cat("quantize: unknown type '", name, "'; one of ", quant_target_names()));
+}
+
+DType parse_tensor_type(std::string_view name, std::string_view what) {
+  const QuantTarget t = [&] {
+    try {
+      return parse_quant_target(name);
+    } catch (const Error&) {
+      return QuantTarget{};
+    }
+  }();
+  if (t.name.empty() || t.k_mix)
+    throw Error(str_cat(what, ": '", name, "' is not a tensor type; one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                                          "Q5_1, Q4_K, Q5_K, Q6_K"));
+  return t.base;
 }
 
 std::string quant_target_names() {
@@ -104,6 +118,8 @@ TensorChoice choose_tensor_type(const QuantTarget& target, const RecipeState& st
       type = type == DType::Q4_0 ? DType::Q4_1 : DType::Q5_1;
     }
   }
+  if (target.token_embedding_type && name == "token_embd.weight") type = *target.token_embedding_type;
+  if (target.output_tensor_type && name == "output.weight") type = *target.output_tensor_type;
   // Shapes the type's blocks do not divide.
   const int64_t block = type_traits(type).block_size;
   if (is_quantized(type) && t.ne[0] % block != 0) {

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,11 +29,18 @@ struct QuantTarget {
   bool k_mix = false;      // Q4_K_M / Q5_K_M: llama-quantize's per-layer choices
   bool pure = false;       // Q4_K / Q5_K: every matrix the base type (llama-quantize --pure)
   uint32_t file_type = 1;  // general.file_type (llama_ftype)
+  // llama-quantize's --token-embedding-type / --output-tensor-type: the type of
+  // token_embd.weight / output.weight whatever the target gives them (still subject to the
+  // shape fallbacks). Must be a type quantize writes (parse_tensor_type).
+  std::optional<DType> token_embedding_type, output_tensor_type;
 };
 
 // F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K, Q4_K_M, Q5_K_M (any case).
 QuantTarget parse_quant_target(std::string_view name);
 std::string quant_target_names();  // for messages: "F32, F16, ..."
+// One tensor type (not a mix): F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K,
+// Q6_K (any case); throws naming `what` (the flag) for anything else.
+DType parse_tensor_type(std::string_view name, std::string_view what);
 
 // What the choices depend on beyond one tensor.
 struct RecipeState {

@@ -1,11 +1,14 @@
 // The recipe's per-tensor choices that depend on more than the target's name: the ones an
-// importance matrix switches on (llama-quantize's has_imatrix rules). The plain choices are
+// importance matrix switches on (llama-quantize's has_imatrix rules), and the user's
+// --token-embedding-type / --output-tensor-type. The plain choices are
 // checked against a real model in tests/python/test_quantize.py.
 #include "quant/recipe.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
+
+#include "core/error.h"
 
 namespace ridge::quant {
 namespace {
@@ -56,6 +59,38 @@ TEST(Recipe, WithoutAnImatrixOrForOtherTargetsNothingChanges) {
   EXPECT_EQ(type_of("Q4_K_M", weighted, "blk.0.ffn_down.weight"), type_of("Q4_K_M", plain, "blk.0.ffn_down.weight"));
   // Fewer than 8 layers: no layer is in the first eighth.
   EXPECT_EQ(type_of("Q4_0", state_of(7, true), "blk.0.ffn_down.weight"), DType::Q4_0);
+}
+
+TEST(Recipe, TokenEmbeddingAndOutputTypesOverrideTheTarget) {
+  QuantTarget t = parse_quant_target("Q4_0");
+  t.token_embedding_type = parse_tensor_type("q8_0", "--token-embedding-type");
+  t.output_tensor_type = DType::F16;
+  const RecipeState s = state_of(24, false);
+  EXPECT_EQ(choose_tensor_type(t, s, matrix("token_embd.weight", 896, 1000)).type, DType::Q8_0);
+  EXPECT_EQ(choose_tensor_type(t, s, matrix("output.weight", 896, 1000)).type, DType::F16);
+  EXPECT_EQ(choose_tensor_type(t, s, matrix("blk.0.ffn_up.weight", 896, 1000)).type, DType::Q4_0);
+  // Without them the target's rules stand: Q4_0's token embedding is Q4_0, its output Q6_K.
+  const QuantTarget plain = parse_quant_target("Q4_0");
+  EXPECT_EQ(choose_tensor_type(plain, s, matrix("token_embd.weight", 1024, 1000)).type, DType::Q4_0);
+  EXPECT_EQ(choose_tensor_type(plain, s, matrix("output.weight", 1024, 1000)).type, DType::Q6_K);
+  // The shape fallbacks still apply: rows of 896 cannot be Q6_K's 256-value blocks.
+  t.token_embedding_type = DType::Q6_K;
+  const TensorChoice c = choose_tensor_type(t, s, matrix("token_embd.weight", 896, 1000));
+  EXPECT_EQ(c.type, DType::Q8_0);
+  EXPECT_NE(c.fallback_note.find("token_embd.weight"), std::string::npos);
+}
+
+TEST(Recipe, TensorTypeFlagsTakeOneTypeNotAMix) {
+  EXPECT_EQ(parse_tensor_type("Q6_K", "--output-tensor-type"), DType::Q6_K);
+  EXPECT_EQ(parse_tensor_type("bf16", "--output-tensor-type"), DType::BF16);
+  for (const char* bad : {"Q4_K_M", "Q3_K", ""}) {
+    try {
+      parse_tensor_type(bad, "--token-embedding-type");
+      ADD_FAILURE() << bad;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--token-embedding-type"), std::string::npos) << e.what();
+    }
+  }
 }
 
 }  // namespace
