@@ -39,6 +39,7 @@ struct QuantizeCliOptions {
   bool act_order = false;
   float awq_alpha = -1.0f;
   std::string imatrix;
+  std::string token_embedding_type, output_tensor_type;
 };
 
 gguf::KeyValue string_kv(std::string key, std::string value) {
@@ -104,6 +105,10 @@ void quantize(const QuantizeCliOptions& opt) {
   o.input = resolve_model_path(opt.input);
   o.output = opt.output;
   o.target = quant::parse_quant_target(opt.type);
+  if (!opt.token_embedding_type.empty())
+    o.target.token_embedding_type = quant::parse_tensor_type(opt.token_embedding_type, "--token-embedding-type");
+  if (!opt.output_tensor_type.empty())
+    o.target.output_tensor_type = quant::parse_tensor_type(opt.output_tensor_type, "--output-tensor-type");
   o.threads = opt.threads;
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
@@ -194,6 +199,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--imatrix", opt->imatrix,
                   "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "
                   "quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K by");
+  cmd->add_option("--token-embedding-type", opt->token_embedding_type,
+                  "Type of token_embd.weight instead of the target's (as llama-quantize)");
+  cmd->add_option("--output-tensor-type", opt->output_tensor_type,
+                  "Type of output.weight instead of the target's (as llama-quantize)");
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
   cmd->callback([opt] { quantize(*opt); });
 }

@@ -122,6 +122,14 @@ def test_every_target_reads_back_with_gguf_py(model, tmp_path, target):
         assert "fallback: blk.0.ffn_down.weight: rows of 352 are not a multiple of 256" in log
 
 
+def test_token_embedding_and_output_types_as_llama_quantize(model, tmp_path):
+    out = tmp_path / "q.gguf"
+    run("quantize", model, out, "Q4_0", "--token-embedding-type", "q8_0", "--output-tensor-type", "F16")
+    types = {t.name: t.tensor_type for t in gguf.GGUFReader(str(out)).tensors}
+    assert types["token_embd.weight"] == QT.Q8_0 and types["output.weight"] == QT.F16
+    assert types["blk.0.ffn_up.weight"] == expected_type("Q4_0", "blk.0.ffn_up.weight", N_EMBD)
+
+
 def test_metadata_and_file_type(model, tmp_path):
     out = tmp_path / "q.gguf"
     run("quantize", model, out, "q4_k_m")  # any case
