@@ -38,8 +38,10 @@ struct QuantizeCliOptions {
   double damp = 0.01;
   bool act_order = false;
   float awq_alpha = -1.0f;
+  int32_t awq_sample_tokens = 256;
   std::string imatrix;
   std::string token_embedding_type, output_tensor_type;
+  bool reference_fit = false;
 };
 
 gguf::KeyValue string_kv(std::string key, std::string value) {
@@ -126,6 +128,8 @@ void quantize(const QuantizeCliOptions& opt) {
   quant::QuantizedMatrices gptq;
   if (opt.method != "rtn") {
     if (opt.calib.empty()) throw Error(str_cat("--method ", opt.method, " needs calibration text: --calib FILE"));
+    if (opt.awq_sample_tokens < 1)
+      throw Error(str_cat("--awq-sample-tokens must be >= 1, got ", opt.awq_sample_tokens));
     if (opt.calib_windows < 1 || opt.calib_ctx < 16)
       throw Error(str_cat("--calib-windows must be >= 1 and --calib-ctx >= 16, got ", opt.calib_windows, " and ",
                           opt.calib_ctx));
@@ -142,6 +146,7 @@ void quantize(const QuantizeCliOptions& opt) {
     if (opt.method == "awq" || opt.method == "awq-gptq") {
       quant::AwqOptions a;
       a.fixed_alpha = opt.awq_alpha;
+      a.sample_tokens = opt.awq_sample_tokens;
       awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
       o.overrides = &awq.tensors;
     }
@@ -156,6 +161,7 @@ void quantize(const QuantizeCliOptions& opt) {
       quant::GptqOptions g;
       g.damp = opt.damp;
       g.act_order = opt.act_order;
+      g.weighted_fit = !opt.reference_fit;
       gptq = quant::gptq_model(*model, model->file(), o.target, set, g, progress, &awq.tensors);
       o.quantizer = [&](const std::string& name, DType type, const float* rows, int64_t n_rows, int64_t n_cols,
                         uint8_t* out) {
@@ -194,7 +200,13 @@ void add_quantize_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--damp", opt->damp, "GPTQ dampening: fraction of the Hessian's mean diagonal")->capture_default_str();
   cmd->add_flag("--act-order", opt->act_order, "GPTQ: quantize blocks in order of decreasing importance");
+  cmd->add_flag("--gptq-reference-fit", opt->reference_fit,
+               "GPTQ: fit each block's scales by the format's round-to-nearest rule, not weighted by the Hessian's "
+               "diagonal");
   cmd->add_option("--awq-alpha", opt->awq_alpha, "AWQ: this alpha everywhere instead of the search (-1: search)")
+      ->capture_default_str();
+  cmd->add_option("--awq-sample-tokens", opt->awq_sample_tokens,
+                  "AWQ: calibration tokens each group's output error is measured on")
       ->capture_default_str();
   cmd->add_option("--imatrix", opt->imatrix,
                   "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "

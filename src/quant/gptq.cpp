@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "core/quant.h"
+#include "core/quant_weighted.h"
 #include "core/thread_pool.h"
 #include "quant/block_grid.h"
 
@@ -82,6 +83,12 @@ void gptq_quantize(DType type, const float* w_in, int64_t n_rows, int64_t n_cols
   for (int64_t i = 0; i < n_cols; ++i)
     for (int64_t j = 0; j < n_cols; ++j)
       h[static_cast<size_t>(i * n_cols + j)] = hess.at(column[static_cast<size_t>(i)], column[static_cast<size_t>(j)]);
+  // Each column's importance for the blocks' parameter fits: its diagonal of H.
+  std::vector<float> importance;
+  if (o.weighted_fit && quantizer_uses_importance(type)) {
+    importance.resize(static_cast<size_t>(n_cols));
+    for (int64_t i = 0; i < n_cols; ++i) importance[static_cast<size_t>(i)] = static_cast<float>(h[static_cast<size_t>(i * n_cols + i)]);
+  }
   for (int64_t i = 0; i < n_cols; ++i) {
     if (h[static_cast<size_t>(i * n_cols + i)] != 0.0) continue;
     h[static_cast<size_t>(i * n_cols + i)] = 1.0;
@@ -104,7 +111,9 @@ void gptq_quantize(DType type, const float* w_in, int64_t n_rows, int64_t n_cols
         for (int64_t p = i1; p < i2; ++p) {
           if (p % bs == 0) {  // a new block of the format: fit its parameters to the corrected values
             block = out + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(block_order[static_cast<size_t>(p / bs)]) * grid->block_bytes;
-            quantize_row(type, wr + p, block, bs);
+            const float* imp = importance.empty() ? nullptr : importance.data() + p;
+            if (imp != nullptr && std::all_of(imp, imp + bs, [](float v) { return v == 0.0f; })) imp = nullptr;  // dead block
+            quantize_row_weighted(type, wr + p, block, bs, imp);
           }
           float q;
           const int j = static_cast<int>(p % bs);

@@ -8,9 +8,10 @@
 // matrix product per block.
 //
 // The GGUF grid: a format's block (32 values, or a 256-value K-quant super-block) of a row
-// gets its parameters (scales, mins) when GPTQ reaches its first column, fitted by the
-// format's reference quantizer to the error-corrected values; then each of its columns is
-// rounded onto that grid (quant/block_grid.h). The result is an ordinary block of the type,
+// gets its parameters (scales, mins) when GPTQ reaches its first column, fitted to the
+// error-corrected values by the format's importance-weighted search with diag H as the
+// weights (or by its reference quantizer, weighted_fit = false); then each of its columns
+// is rounded onto that grid (quant/block_grid.h). The result is an ordinary block of the type,
 // which every engine reads.
 //
 //   Hessian h(n_cols);
@@ -45,6 +46,10 @@ struct GptqOptions {
   bool act_order = false;      // quantize the format's blocks in order of decreasing
                                // importance (sum of diag H): GPTQ's act-order within what
                                // the block layout allows (columns of a block stay together)
+  bool weighted_fit = true;    // fit each block's parameters (scales, mins) with diag H as
+                               // the columns' importance (core/quant_weighted.h's searches,
+                               // as an imatrix weighs them) rather than by the format's
+                               // reference round-to-nearest rule; Q8_0 has no weighted fit
 };
 
 // Quantizes w (f32, [n_rows][n_cols], n_cols a multiple of the type's block) into

@@ -72,6 +72,8 @@ def test_calibrated_methods_need_calibration_text(tmp_path):
     expect_error("quantize", STORIES, out, "Q4_0", "--method", "gptq", "--calib", short, "--calib-ctx", 64,
                  phrase="leaves no window of 64")
     expect_error("quantize", STORIES, out, "Q4_0", "--method", "magic", phrase="--method must be")
+    expect_error("quantize", STORIES, out, "Q4_0", "--method", "awq", "--calib", short, "--awq-sample-tokens", 0,
+                 phrase="--awq-sample-tokens must be >= 1")
     expect_error("quantize", STORIES, out, "Q4_0", "--token-embedding-type", "Q4_K_M",
                  phrase="--token-embedding-type: 'Q4_K_M' is not a tensor type")
     assert not out.exists() and not (tmp_path / "out.gguf.part").exists()

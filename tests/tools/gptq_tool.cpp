@@ -27,7 +27,7 @@ std::vector<float> read_floats(const std::string& path, size_t count) {
 
 int main(int argc, char** argv) {
   try {
-    if (argc != 8) throw ridge::Error("usage: gptq_tool TYPE ROWS COLS N w.f32 x.f32 out.bin");
+    if (argc != 8 && argc != 9) throw ridge::Error("usage: gptq_tool TYPE ROWS COLS N w.f32 x.f32 out.bin [reference-fit]");
     const auto type = ridge::dtype_from_name(argv[1]);
     if (!type) throw ridge::Error(ridge::str_cat("gptq_tool: unknown type ", argv[1]));
     const int64_t rows = std::stoll(argv[2]), cols = std::stoll(argv[3]), n = std::stoll(argv[4]);
@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
     ridge::quant::Hessian h(cols);
     h.add(x.data(), n);
     std::vector<uint8_t> out(ridge::row_size(*type, cols) * static_cast<size_t>(rows));
-    ridge::quant::gptq_quantize(*type, w.data(), rows, cols, h, {}, out.data());
+    ridge::quant::GptqOptions options;
+    options.weighted_fit = argc != 9 || std::string(argv[8]) != "reference-fit";
+    ridge::quant::gptq_quantize(*type, w.data(), rows, cols, h, options, out.data());
     std::ofstream o(argv[7], std::ios::binary);
     o.write(reinterpret_cast<const char*>(out.data()), static_cast<std::streamsize>(out.size()));
     return o ? 0 : 1;
