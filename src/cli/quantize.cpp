@@ -39,6 +39,7 @@ struct QuantizeCliOptions {
   bool act_order = false;
   float awq_alpha = -1.0f;
   int32_t awq_sample_tokens = 256;
+  bool awq_weighted_fit = false;
   std::string imatrix;
   std::string token_embedding_type, output_tensor_type;
   bool reference_fit = false;
@@ -114,6 +115,8 @@ void quantize(const QuantizeCliOptions& opt) {
   o.threads = opt.threads;
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
+  if (opt.awq_weighted_fit && opt.method != "awq")
+    throw Error("--awq-weighted-fit applies to --method awq (awq-gptq rounds by GPTQ, whose fit is already weighted)");
   o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
   std::fprintf(stderr, "quantize: %s -> %s as %s (%s)\n", o.input.c_str(), o.output.c_str(), o.target.name.c_str(),
                opt.method.c_str());
@@ -147,8 +150,16 @@ void quantize(const QuantizeCliOptions& opt) {
       quant::AwqOptions a;
       a.fixed_alpha = opt.awq_alpha;
       a.sample_tokens = opt.awq_sample_tokens;
+      a.weighted_fit = opt.awq_weighted_fit;
       awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
       o.overrides = &awq.tensors;
+      if (a.weighted_fit)
+        o.quantizer = [&](const std::string& name, DType type, const float* rows, int64_t n_rows, int64_t n_cols,
+                          uint8_t* out) {
+          const auto it = awq.importance.find(name);
+          if (it == awq.importance.end()) quant::quantize_rows_reference(type, rows, n_rows, n_cols, out, opt.threads);
+          else quant::quantize_rows_weighted(type, rows, n_rows, n_cols, it->second.data(), 1, out, opt.threads);
+        };
     }
     if (opt.method == "gptq" || opt.method == "awq-gptq") {
       for (const auto& [name, values] : awq.tensors) {  // GPTQ runs on the rescaled model
@@ -208,6 +219,9 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--awq-sample-tokens", opt->awq_sample_tokens,
                   "AWQ: calibration tokens each group's output error is measured on")
       ->capture_default_str();
+  cmd->add_flag("--awq-weighted-fit", opt->awq_weighted_fit,
+               "AWQ: round the scaled matrices with the format's importance-weighted search (their inputs' mean "
+               "square), in the search and in the output");
   cmd->add_option("--imatrix", opt->imatrix,
                   "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "
                   "quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K by");

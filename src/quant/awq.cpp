@@ -24,6 +24,7 @@ class AwqObserver : public ForwardObserver {
     int32_t n_in = 0;
     int64_t count = 0;
     std::vector<double> abs_sum;  // [n_in]
+    std::vector<double> sq_sum;   // [n_in]
     std::vector<float> sample;    // [<= sample_tokens][n_in]
   };
 
@@ -36,10 +37,14 @@ class AwqObserver : public ForwardObserver {
     if (s.n_in == 0) {
       s.n_in = n_in;
       s.abs_sum.assign(static_cast<size_t>(n_in), 0.0);
+      s.sq_sum.assign(static_cast<size_t>(n_in), 0.0);
     }
     for (int32_t t = 0; t < n; ++t) {
       const float* row = x + static_cast<size_t>(t) * n_in;
-      for (int32_t j = 0; j < n_in; ++j) s.abs_sum[static_cast<size_t>(j)] += std::fabs(row[j]);
+      for (int32_t j = 0; j < n_in; ++j) {
+        s.abs_sum[static_cast<size_t>(j)] += std::fabs(row[j]);
+        s.sq_sum[static_cast<size_t>(j)] += static_cast<double>(row[j]) * row[j];
+      }
       if ((s.count + t) % stride_ == 0 && static_cast<int64_t>(s.sample.size()) / n_in < sample_tokens_)
         s.sample.insert(s.sample.end(), row, row + n_in);
     }
@@ -60,10 +65,18 @@ struct Matrix {
   int64_t rows, cols;
 };
 
-// sum ||X W^T - X Weff^T||^2 over the group for scales s, with each matrix rounded to
-// nearest in its type.
+// The importance of the scaled columns: mean x_j^2 / s_j^2 (the inputs are divided by s).
+std::vector<float> scaled_importance(const AwqObserver::Site& site, const std::vector<float>& s) {
+  std::vector<float> imp(static_cast<size_t>(site.n_in));
+  for (size_t j = 0; j < imp.size(); ++j)
+    imp[j] = static_cast<float>(site.sq_sum[j] / static_cast<double>(site.count) / (static_cast<double>(s[j]) * s[j]));
+  return imp;
+}
+
+// sum ||X W^T - X Weff^T||^2 over the group for scales s, with each matrix rounded onto
+// its type (weighted by the scaled importance with weighted_fit).
 double group_error(const std::vector<Matrix>& group, const std::vector<float>& s, const AwqObserver::Site& site,
-                   int64_t tokens, const std::vector<std::vector<float>>& reference) {
+                   int64_t tokens, const std::vector<std::vector<float>>& reference, bool weighted_fit) {
   const std::vector<float>& x = site.sample;
   double err = 0;
   for (size_t m = 0; m < group.size(); ++m) {
@@ -73,7 +86,10 @@ double group_error(const std::vector<Matrix>& group, const std::vector<float>& s
       for (int64_t c = 0; c < g.cols; ++c)
         scaled[static_cast<size_t>(r * g.cols + c)] = (*g.w)[static_cast<size_t>(r * g.cols + c)] * s[static_cast<size_t>(c)];
     std::vector<uint8_t> q(row_size(g.type, g.cols) * static_cast<size_t>(g.rows));
-    quantize_rows_reference(g.type, scaled.data(), g.rows, g.cols, q.data(), 0);
+    if (weighted_fit)
+      quantize_rows_weighted(g.type, scaled.data(), g.rows, g.cols, scaled_importance(site, s).data(), 1, q.data(), 0);
+    else
+      quantize_rows_reference(g.type, scaled.data(), g.rows, g.cols, q.data(), 0);
     for (int64_t r = 0; r < g.rows; ++r) {
       float* row = scaled.data() + r * g.cols;
       dequantize_row(g.type, q.data() + static_cast<size_t>(r) * row_size(g.type, g.cols), row, g.cols);
@@ -93,7 +109,7 @@ double group_error(const std::vector<Matrix>& group, const std::vector<float>& s
 
 // The alpha (and its scales) with the least output error on the sample.
 float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, int32_t grid, float fixed_alpha,
-                    std::vector<float>& best_s, double* err_plain, double* err_best) {
+                    bool weighted_fit, std::vector<float>& best_s, double* err_plain, double* err_best) {
   const int64_t tokens = static_cast<int64_t>(site.sample.size()) / site.n_in;
   std::vector<std::vector<float>> reference;
   for (const Matrix& g : group) {
@@ -119,7 +135,7 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
     }
     const float norm = 1.0f / std::sqrt(lo * hi);
     for (float& v : s) v *= norm;
-    const double err = group_error(group, s, site, tokens, reference);
+    const double err = group_error(group, s, site, tokens, reference, weighted_fit);
     if (k == 0) *err_plain = err;
     if (err < *err_best) {
       *err_best = err;
@@ -170,8 +186,10 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       for (const char* kind : g.matrices) mats.push_back(matrix(il, kind));
       std::vector<float> s;
       double err_plain = 0, err_best = 0;
-      const float alpha = search_scales(mats, site, o.grid, o.fixed_alpha, s, &err_plain, &err_best);
+      const float alpha = search_scales(mats, site, o.grid, o.fixed_alpha, o.weighted_fit, s, &err_plain, &err_best);
       result.alphas[mats[0].name] = alpha;
+      if (o.weighted_fit)
+        for (const Matrix& m : mats) result.importance[m.name] = scaled_importance(site, s);
 
       // Fold: the group's columns times s, the operation before it divided by s.
       for (Matrix& m : mats)

@@ -8,6 +8,10 @@
 // alpha is searched on a grid per group, minimising ||X W^T - X (Q(W diag(s)) diag(1/s))^T||^2
 // on a sample of calibration tokens spread over the set, with each matrix rounded to
 // nearest in its recipe type; alpha = 0 (s = 1, plain round to nearest) is a candidate.
+// With weighted_fit each matrix is rounded by its format's importance-weighted search
+// (core/quant_weighted.h, the scaled columns' mean x^2 as importance) both in the search
+// and in the output (AwqResult::importance), which on Qwen2.5-Coder 0.5B Q4_0 is the
+// difference between AWQ losing to round to nearest and beating it.
 // (AWQ's clipping search is not here: shrinking a GGUF block's range, scored by the same
 // output error or by the block's X^T X, lowered that error and raised the model's KL
 // divergence on Qwen2.5-Coder 0.5B Q4_0.)
@@ -37,11 +41,18 @@ struct AwqOptions {
   int32_t grid = 10;            // alphas 0, 1/grid, ..., (grid - 1)/grid
   int32_t sample_tokens = 256;  // calibration tokens per group the error is measured on
   float fixed_alpha = -1.0f;    // >= 0: use this alpha everywhere instead of searching
+  bool weighted_fit = false;    // round with the format's importance-weighted search (the
+                                // scaled columns' mean x^2 as importance, as an imatrix
+                                // weighs them) in the search and in AwqResult::importance,
+                                // instead of its reference round to nearest
 };
 
 struct AwqResult {
   std::map<std::string, std::vector<float>> tensors;  // every tensor AWQ changed, in f32
   std::map<std::string, float> alphas;                 // per group, by its first matrix
+  // With weighted_fit: each scaled matrix's column importance (mean x^2 of its inputs,
+  // divided by s^2 as the scaling moved them), for quantize_rows_weighted.
+  std::map<std::string, std::vector<float>> importance;
 };
 
 // One whole-model pass over the calibration set (scaling keeps the function, so later
