@@ -74,9 +74,9 @@ std::vector<float> scaled_importance(const AwqObserver::Site& site, const std::v
 }
 
 // sum ||X W^T - X Weff^T||^2 over the group for scales s, with each matrix rounded onto
-// its type (weighted by the scaled importance with weighted_fit).
+// its type: weighted by `importance` (the scaled columns'), or to nearest where it is null.
 double group_error(const std::vector<Matrix>& group, const std::vector<float>& s, const AwqObserver::Site& site,
-                   int64_t tokens, const std::vector<std::vector<float>>& reference, bool weighted_fit) {
+                   int64_t tokens, const std::vector<std::vector<float>>& reference, const float* importance) {
   const std::vector<float>& x = site.sample;
   double err = 0;
   for (size_t m = 0; m < group.size(); ++m) {
@@ -86,8 +86,8 @@ double group_error(const std::vector<Matrix>& group, const std::vector<float>& s
       for (int64_t c = 0; c < g.cols; ++c)
         scaled[static_cast<size_t>(r * g.cols + c)] = (*g.w)[static_cast<size_t>(r * g.cols + c)] * s[static_cast<size_t>(c)];
     std::vector<uint8_t> q(row_size(g.type, g.cols) * static_cast<size_t>(g.rows));
-    if (weighted_fit)
-      quantize_rows_weighted(g.type, scaled.data(), g.rows, g.cols, scaled_importance(site, s).data(), 1, q.data(), 0);
+    if (importance != nullptr)
+      quantize_rows_weighted(g.type, scaled.data(), g.rows, g.cols, importance, 1, q.data(), 0);
     else
       quantize_rows_reference(g.type, scaled.data(), g.rows, g.cols, q.data(), 0);
     for (int64_t r = 0; r < g.rows; ++r) {
@@ -135,7 +135,8 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
     }
     const float norm = 1.0f / std::sqrt(lo * hi);
     for (float& v : s) v *= norm;
-    const double err = group_error(group, s, site, tokens, reference, weighted_fit);
+    const std::vector<float> importance = weighted_fit ? scaled_importance(site, s) : std::vector<float>{};
+    const double err = group_error(group, s, site, tokens, reference, weighted_fit ? importance.data() : nullptr);
     if (k == 0) *err_plain = err;
     if (err < *err_best) {
       *err_best = err;
@@ -188,8 +189,10 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       double err_plain = 0, err_best = 0;
       const float alpha = search_scales(mats, site, o.grid, o.fixed_alpha, o.weighted_fit, s, &err_plain, &err_best);
       result.alphas[mats[0].name] = alpha;
-      if (o.weighted_fit)
-        for (const Matrix& m : mats) result.importance[m.name] = scaled_importance(site, s);
+      if (o.weighted_fit) {
+        const std::vector<float> importance = scaled_importance(site, s);
+        for (const Matrix& m : mats) result.importance[m.name] = importance;
+      }
 
       // Fold: the group's columns times s, the operation before it divided by s.
       for (Matrix& m : mats)

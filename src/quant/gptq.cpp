@@ -84,10 +84,15 @@ void gptq_quantize(DType type, const float* w_in, int64_t n_rows, int64_t n_cols
     for (int64_t j = 0; j < n_cols; ++j)
       h[static_cast<size_t>(i * n_cols + j)] = hess.at(column[static_cast<size_t>(i)], column[static_cast<size_t>(j)]);
   // Each column's importance for the blocks' parameter fits: its diagonal of H.
+  // A block with no active column (all zero) takes the reference fit.
   std::vector<float> importance;
+  std::vector<char> weighted_block(static_cast<size_t>(n_blocks), 0);
   if (o.weighted_fit && quantizer_uses_importance(type)) {
     importance.resize(static_cast<size_t>(n_cols));
-    for (int64_t i = 0; i < n_cols; ++i) importance[static_cast<size_t>(i)] = static_cast<float>(h[static_cast<size_t>(i * n_cols + i)]);
+    for (int64_t i = 0; i < n_cols; ++i) {
+      importance[static_cast<size_t>(i)] = static_cast<float>(h[static_cast<size_t>(i * n_cols + i)]);
+      if (importance[static_cast<size_t>(i)] != 0.0f) weighted_block[static_cast<size_t>(i / bs)] = 1;
+    }
   }
   for (int64_t i = 0; i < n_cols; ++i) {
     if (h[static_cast<size_t>(i * n_cols + i)] != 0.0) continue;
@@ -111,9 +116,8 @@ void gptq_quantize(DType type, const float* w_in, int64_t n_rows, int64_t n_cols
         for (int64_t p = i1; p < i2; ++p) {
           if (p % bs == 0) {  // a new block of the format: fit its parameters to the corrected values
             block = out + static_cast<size_t>(r) * row_bytes + static_cast<size_t>(block_order[static_cast<size_t>(p / bs)]) * grid->block_bytes;
-            const float* imp = importance.empty() ? nullptr : importance.data() + p;
-            if (imp != nullptr && std::all_of(imp, imp + bs, [](float v) { return v == 0.0f; })) imp = nullptr;  // dead block
-            quantize_row_weighted(type, wr + p, block, bs, imp);
+            quantize_row_weighted(type, wr + p, block, bs,
+                                  weighted_block[static_cast<size_t>(p / bs)] ? importance.data() + p : nullptr);
           }
           float q;
           const int j = static_cast<int>(p % bs);

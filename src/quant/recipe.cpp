@@ -54,17 +54,12 @@ QuantTarget parse_quant_target(std::string_view name) {
 }
 
 DType parse_tensor_type(std::string_view name, std::string_view what) {
-  const QuantTarget t = [&] {
-    try {
-      return parse_quant_target(name);
-    } catch (const Error&) {
-      return QuantTarget{};
-    }
-  }();
-  if (t.name.empty() || t.k_mix)
-    throw Error(str_cat(what, ": '", name, "' is not a tensor type; one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
-                                          "Q5_1, Q4_K, Q5_K, Q6_K"));
-  return t.base;
+  std::string upper(name);
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  for (const TargetRow& r : kTargets)
+    if (upper == r.name && !r.k_mix) return r.base;
+  throw Error(str_cat(what, ": '", name, "' is not a tensor type; one of F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, "
+                                        "Q4_K, Q5_K, Q6_K"));
 }
 
 std::string quant_target_names() {
