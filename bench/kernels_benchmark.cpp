@@ -13,10 +13,12 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <type_traits>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/fp16.h"
+#include "core/quant.h"
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
@@ -260,6 +262,64 @@ BENCHMARK_CAPTURE(BM_AttentionF16, amx_qwen2_0_5b, Isa::kAmxInt8, 14, 2, 64)
     ->ArgNames({"n_ctx", "n_q"})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
+
+// The same shapes over Q8_0 and Q4_0 caches: the AVX-512 VNNI tiled step against the
+// AVX2 per-row loops (Isa::kAvx2, what these caches ran before the step).
+template <class Block>
+void BM_AttentionQuant(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
+  if (!cpu_supports(isa)) {
+    state.SkipWithError("this CPU lacks the ISA");
+    return;
+  }
+  const int64_t n_ctx = state.range(0), n_q = state.range(1), block_size = 16;
+  const int64_t n_blocks = n_ctx / block_size, values = n_blocks * block_size * n_kv_head * d_head;
+  std::vector<Block> k(static_cast<size_t>(values / 32)), v(k.size());
+  const auto kf = random_floats(static_cast<size_t>(values), 1), vf = random_floats(static_cast<size_t>(values), 2);
+  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
+    quantize_row_q8_0(kf.data(), k.data(), values);
+    quantize_row_q8_0(vf.data(), v.data(), values);
+  } else {
+    quantize_row_q4_0(kf.data(), k.data(), values);
+    quantize_row_q4_0(vf.data(), v.data(), values);
+  }
+  const auto q = random_floats(static_cast<size_t>(n_q * n_head * d_head), 3);
+  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
+  std::iota(table.begin(), table.end(), 0);
+  std::vector<int32_t> pos(static_cast<size_t>(n_q));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(n_ctx - n_q));
+  std::vector<float> out(q.size());
+  ThreadPool pool(1);
+  Scratch scratch(pool.n_threads(), attention_scratch_floats(n_head, n_kv_head, d_head, block_size));
+  scratch.reserve_shared(size_t{1} << 20);
+  const PagedKvLayer<Block> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
+  const AttentionSequence seq{q.data(), pos.data(), n_q, table, n_ctx, out.data()};
+  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(d_head)), 0.0f, 0};
+  for (auto _ : state) {
+    attention_isa(kv, std::span<const AttentionSequence>(&seq, 1), n_head, params, pool, scratch, isa);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_q), benchmark::Counter::kIsRate);
+}
+
+void BM_AttentionQ8_0(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
+  BM_AttentionQuant<BlockQ8_0>(state, isa, n_head, n_kv_head, d_head);
+}
+void BM_AttentionQ4_0(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
+  BM_AttentionQuant<BlockQ4_0>(state, isa, n_head, n_kv_head, d_head);
+}
+
+#define RIDGE_ATTENTION_QUANT_BENCH(fn, name, isa)              \
+  BENCHMARK_CAPTURE(fn, name##_qwen2_0_5b, isa, 14, 2, 64)      \
+      ->Args({4608, 512})                                        \
+      ->Args({4096, 1})                                          \
+      ->ArgNames({"n_ctx", "n_q"})                               \
+      ->MeasureProcessCPUTime()                                  \
+      ->Unit(benchmark::kMillisecond);
+RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ8_0, avx512, Isa::kAvx512Vnni)
+RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ8_0, avx2, Isa::kAvx2)
+RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ4_0, avx512, Isa::kAvx512Vnni)
+RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ4_0, avx2, Isa::kAvx2)
+#undef RIDGE_ATTENTION_QUANT_BENCH
 
 const int kRegistered = (register_matmul(), 0);
 

@@ -170,13 +170,22 @@ template <class T>
 using TileStep = void (*)(const AttentionTileStep<T>&);
 
 // The step every item of a call runs, and whether it takes its queries as the AMX step's
-// split bf16 rows (attention_amx_queries) instead of transposed floats.
+// split bf16 rows (attention_amx_queries) instead of transposed floats, or (Q8_0/Q4_0 on
+// AVX-512) also laid out by attention_quant_queries.
 template <class T>
 struct StepKernel {
   TileStep<T> step;
   bool amx_queries = false;
   int64_t tile_tokens = kSimdTileTokens;  // most tokens per item
+  bool quant_queries = false;
 };
+
+// Where attention_quant_queries' layout of an item's rows starts in the query buffer:
+// after their Q8_0 rows, on a cache line.
+size_t quant_queries_offset(int64_t n_rows, int64_t d_head) {
+  const size_t q8_bytes = static_cast<size_t>(n_rows * (d_head / kQK8_0)) * sizeof(BlockQ8_0);
+  return (q8_bytes + 63) / 64 * 64;
+}
 
 // f16 caches on an AMX-BF16 CPU (Isa::kAmxInt8, which has the tile permission) run the
 // AMX step for every item, decode included, so a token's bits do not depend on its batch.
@@ -189,6 +198,9 @@ StepKernel<T> step_for(Isa isa, int64_t d_head) {
     if (isa_has_avx512(isa)) return {attention_tile_step_avx512};
     if (isa_has_avx2(isa)) return {attention_tile_step_avx2};
     return {attention_tile_step_scalar};
+  } else if constexpr (kQuantizedQuery<T>) {
+    if (isa_has_avx512(isa)) return {attention_tile_step_avx512, false, kSimdTileTokens, true};
+    return {isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>};
   } else {
     return {isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>};
   }
@@ -244,6 +256,10 @@ void prepare_queries(const ItemRef& item, const Shape& s, const StepKernel<T>& k
     auto* q8 = reinterpret_cast<BlockQ8_0*>(buffer);  // fits: 34 bytes per 32 values, qt has 128
     for (int64_t i = 0; i < item.n_t; ++i)
       quantize_row_q8_0(query_of(item, i, s), q8 + i * item.n_heads * (s.d_head / kQK8_0), item.n_heads * s.d_head);
+    const int64_t n_rows = item.n_t * item.n_heads;
+    if (kernel.quant_queries)
+      attention_quant_queries(q8, n_rows, s.d_head,
+                              reinterpret_cast<uint8_t*>(buffer) + quant_queries_offset(n_rows, s.d_head));
   }
 }
 
@@ -265,7 +281,11 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
   AttentionTileStep<T> st;
   st.qt = qt;
   st.qt_stride = qt_stride(n_t * item.n_heads);
-  if constexpr (kQuantizedQuery<T>) st.q8 = reinterpret_cast<const BlockQ8_0*>(qt);
+  if constexpr (kQuantizedQuery<T>) {
+    st.q8 = reinterpret_cast<const BlockQ8_0*>(qt);
+    if (kernel.quant_queries)
+      st.q8t = reinterpret_cast<const uint8_t*>(qt) + quant_queries_offset(n_t * item.n_heads, s.d_head);
+  }
   if (kernel.amx_queries) st.qa = reinterpret_cast<const uint16_t*>(qt);
   st.q = query_of(item, 0, s);
   st.q_token_stride = s.n_head * s.d_head;

@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <type_traits>
 
 #include "core/cpu_features.h"
 #include "core/fp16.h"
@@ -18,6 +19,45 @@ constexpr int kKeys = kAttentionStepKeys;
 
 inline float widen(float x) { return x; }
 inline float widen(uint16_t h) { return fp16_to_fp32(h); }
+
+// Element d of a K or V row, decoded exactly.
+template <class T>
+float value_at(const T* row, int64_t d) {
+  return widen(row[d]);
+}
+int value_int(const BlockQ8_0& b, int64_t i) { return b.qs[i]; }
+int value_int(const BlockQ4_0& b, int64_t i) {  // low nibbles first
+  return i < kQK4_0 / 2 ? (b.qs[i] & 0x0f) - 8 : (b.qs[i - kQK4_0 / 2] >> 4) - 8;
+}
+template <class Block>
+  requires(std::is_same_v<Block, BlockQ8_0> || std::is_same_v<Block, BlockQ4_0>)
+float value_at(const Block* row, int64_t d) {
+  const Block& b = row[d / kQK8_0];
+  return static_cast<float>(value_int(b, d % kQK8_0)) * fp16_to_fp32(b.d);
+}
+
+// Row `row`'s score against K row k before the scale (attention.h's definitions).
+template <class T>
+float raw_score(const AttentionTileStep<T>& st, int64_t row, const T* k) {
+  const float* q = st.q + (row / st.n_heads) * st.q_token_stride + (row % st.n_heads) * st.d_head;
+  float acc = 0.0f;
+  for (int64_t d = 0; d < st.d_head; ++d) acc = std::fma(q[d], widen(k[d]), acc);
+  return acc;
+}
+template <class Block>
+  requires(std::is_same_v<Block, BlockQ8_0> || std::is_same_v<Block, BlockQ4_0>)
+float raw_score(const AttentionTileStep<Block>& st, int64_t row, const Block* k) {
+  const int64_t n_blocks = st.d_head / kQK8_0;
+  const BlockQ8_0* q = st.q8 + row * n_blocks;
+  float acc = 0.0f;
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    int32_t isum = 0;
+    for (int i = 0; i < kQK8_0; ++i) isum += q[b].qs[i] * value_int(k[b], i);
+    const float d = fp16_to_fp32(q[b].d) * fp16_to_fp32(k[b].d);
+    acc = b == 0 ? static_cast<float>(isum) * d : std::fma(static_cast<float>(isum), d, acc);
+  }
+  return acc;
+}
 
 // p[0..16): (p[i] + p[i + 8]), then those at i and i + 4, then (0 + 2) + (1 + 3): the
 // order of an 8-lane horizontal sum (avx2_math.h hsum) of the two halves' sum.
@@ -39,13 +79,9 @@ void step_scalar(const AttentionTileStep<T>& st) {
     const int64_t token = row / st.n_heads;
     const int lb = st.token_lane_begin[token], le = st.token_lane_end[token];
     if (lb >= le) continue;
-    const float* q = st.q + token * st.q_token_stride + (row % st.n_heads) * d_head;
     float block_max = -INFINITY;
     for (int l = lb; l < le; ++l) {
-      const T* k = st.k_rows[l];
-      float acc = 0.0f;
-      for (int64_t d = 0; d < d_head; ++d) acc = std::fma(q[d], widen(k[d]), acc);
-      float s = acc * st.scale;
+      float s = raw_score(st, row, st.k_rows[l]) * st.scale;
       if (st.softcap > 0) s = std::tanh(s / st.softcap) * st.softcap;
       pr[l] = s;
       block_max = std::max(block_max, s);
@@ -67,7 +103,7 @@ void step_scalar(const AttentionTileStep<T>& st) {
     for (int l = st.lane_begin; l < st.lane_end; ++l) {
       const T* v = st.v_rows[l];
       const float pl = p[row * kKeys + l];
-      for (int64_t d = 0; d < d_head; ++d) acc[d] = std::fma(pl, v ? widen(v[d]) : 0.0f, acc[d]);
+      for (int64_t d = 0; d < d_head; ++d) acc[d] = std::fma(pl, v ? value_at(v, d) : 0.0f, acc[d]);
     }
   }
 }
@@ -112,5 +148,28 @@ float attention_exp_poly(float x) {
 
 void attention_tile_step_scalar(const AttentionTileStep<float>& step) { step_scalar(step); }
 void attention_tile_step_scalar(const AttentionTileStep<uint16_t>& step) { step_scalar(step); }
+void attention_tile_step_scalar(const AttentionTileStep<BlockQ8_0>& step) { step_scalar(step); }
+void attention_tile_step_scalar(const AttentionTileStep<BlockQ4_0>& step) { step_scalar(step); }
+
+size_t attention_quant_queries_bytes(int64_t n_rows, int64_t d_head) {
+  const int64_t rows = (n_rows + 15) / 16 * 16;
+  return static_cast<size_t>(rows * d_head + rows * (d_head / kQK8_0) * 4);
+}
+
+void attention_quant_queries(const BlockQ8_0* q8, int64_t n_rows, int64_t d_head, uint8_t* out) {
+  const int64_t rows = (n_rows + 15) / 16 * 16, n_blocks = d_head / kQK8_0;
+  uint8_t* words = out;                                            // [d_head / 4][rows][4]
+  float* scales = reinterpret_cast<float*>(out + rows * d_head);  // [n_blocks][rows]
+  std::fill(out, out + attention_quant_queries_bytes(n_rows, d_head), uint8_t{0});
+  for (int64_t row = 0; row < n_rows; ++row)
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const BlockQ8_0& qb = q8[row * n_blocks + b];
+      scales[b * rows + row] = fp16_to_fp32(qb.d);
+      for (int i = 0; i < kQK8_0; ++i) {
+        const int64_t d = b * kQK8_0 + i;
+        words[((d / 4) * rows + row) * 4 + d % 4] = static_cast<uint8_t>(qb.qs[i] + 128);
+      }
+    }
+}
 
 }  // namespace ridge::kernels

@@ -1,16 +1,21 @@
 // The tiled attention step with AVX-512F: 16 query rows in one vector
 // (attention_tile_simd.h), 32 registers for the score and P * V blocks. attention() reaches it only after
-// cpu_supports(Isa::kAvx512Vnni); its bits are the scalar and AVX2 steps'.
+// cpu_supports(Isa::kAvx512Vnni); its bits are the scalar and AVX2 steps'. Q8_0/Q4_0 caches
+// take the same softmax and P * V with their scores from vpdpbusd (AVX-512 VNNI) against
+// the query's Q8_0 blocks, their bits the scalar Q8_0/Q4_0 step's.
 #include <immintrin.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
+#include "core/quant_blocks.h"
 #include "kernels/attention.h"
 
-#pragma GCC target("avx2,fma,f16c,avx512f")
-// GCC 12 warns that _mm512_cvtph_ps's _mm512_undefined_ps() pass-through is uninitialized.
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512bw,avx512dq,avx512vl,avx512vnni")
+// GCC 12 warns that the intrinsics' _mm512_undefined_*() pass-throughs are uninitialized.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include "kernels/avx2_math.h"
 #include "kernels/avx512_math.h"
@@ -84,9 +89,204 @@ struct Avx512 {
   }
 };
 
+// --- Q8_0 and Q4_0 caches.
+
+constexpr int kBlock = kQK8_0;  // values per block of K, V and the quantized query
+
+// A block's 32 values as int8 (Q4_0: low nibbles first, minus 8).
+__m256i block_int8(const BlockQ8_0& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
+__m256i block_int8(const BlockQ4_0& b) {
+  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), nibble = _mm_set1_epi8(0x0f);
+  const __m128i lo = _mm_and_si128(x, nibble), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
+  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
+}
+
+// The exact sum of 32 int8 values: sad of the values + 128, less 32 * 128.
+int32_t sum_int8(__m256i x) {
+  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))),
+                                      _mm256_setzero_si256());
+  const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
+  return static_cast<int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - kBlock * 128;
+}
+
+// K of lanes [begin, end) for the scores: kx[l][d] the values as int8, kd[b][l] each
+// block's scale and kbias[b][l] = -128 * the block's sum (vpdpbusd dots q + 128); a null
+// row, or a lane outside [lane_begin, lane_end), is zeros.
+template <class Block>
+void pack_keys(const AttentionTileStep<Block>& st, int begin, int end, int8_t* kx, float* kd, int32_t* kbias) {
+  const int64_t d_head = st.d_head, n_blocks = d_head / kBlock;
+  for (int l = begin; l < end; ++l) {
+    const Block* row = l >= st.lane_begin && l < st.lane_end ? st.k_rows[l] : nullptr;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const __m256i x = row ? block_int8(row[b]) : _mm256_setzero_si256();
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kx + l * d_head + b * kBlock), x);
+      kd[b * kKeys + l] = row ? _cvtsh_ss(row[b].d) : 0.0f;
+      kbias[b * kKeys + l] = -128 * sum_int8(x);
+    }
+  }
+}
+
+// V of the step's lanes decoded exactly into vf[l][d] (zeros for a null row).
+template <class Block>
+void decode_values(const AttentionTileStep<Block>& st, float* vf, const float** v_rows) {
+  const int64_t d_head = st.d_head, n_blocks = d_head / kBlock;
+  for (int l = st.lane_begin; l < st.lane_end; ++l) {
+    const Block* row = st.v_rows[l];
+    float* dst = vf + l * d_head;
+    for (int64_t b = 0; b < n_blocks; ++b) {
+      const __m256i x = row ? block_int8(row[b]) : _mm256_setzero_si256();
+      const __m512 d = _mm512_set1_ps(row ? _cvtsh_ss(row[b].d) : 0.0f);
+      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
+      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1)));
+      _mm512_storeu_ps(dst + b * kBlock, _mm512_mul_ps(lo, d));
+      _mm512_storeu_ps(dst + b * kBlock + 16, _mm512_mul_ps(hi, d));
+    }
+    v_rows[l] = dst;
+  }
+}
+
+// The scores of one block of lanes, from the exact block sums and their scales: acc is
+// float(isum) * d for the first block, then fma(float(isum), d, acc).
+inline __m512 add_block(__m512i isum, __m512 d, __m512 acc, bool first) {
+  const __m512 x = _mm512_cvtepi32_ps(isum);
+  return first ? _mm512_mul_ps(x, d) : _mm512_fmadd_ps(x, d, acc);
+}
+
+// Rows in lanes: NRV row vectors by KK keys, s[l][row] for lanes l0 .. l0 + KK; qw and qd
+// point at the first row of attention_quant_queries' words and scales.
+template <int NRV, int KK>
+void quant_score_block(const uint32_t* qw, const float* qd, int64_t rows_pad, const int8_t* kx, const float* kd,
+                       const int32_t* kbias, int l0, int64_t d_head, float scale, float* s) {
+  __m512 acc[NRV][KK];
+  for (int64_t b = 0; b < d_head / kBlock; ++b) {
+    __m512i isum[NRV][KK];
+    for (int l = 0; l < KK; ++l) {
+      const __m512i bias = _mm512_set1_epi32(kbias[b * kKeys + l0 + l]);
+      for (int i = 0; i < NRV; ++i) isum[i][l] = bias;
+    }
+    for (int w = 0; w < kBlock / 4; ++w) {
+      __m512i q[NRV];
+      for (int i = 0; i < NRV; ++i) q[i] = _mm512_loadu_si512(qw + (b * 8 + w) * rows_pad + i * 16);
+      for (int l = 0; l < KK; ++l) {
+        int32_t word;
+        std::memcpy(&word, kx + (l0 + l) * d_head + b * kBlock + 4 * w, 4);
+        const __m512i k = _mm512_set1_epi32(word);
+        for (int i = 0; i < NRV; ++i) isum[i][l] = _mm512_dpbusd_epi32(isum[i][l], q[i], k);
+      }
+    }
+    for (int l = 0; l < KK; ++l) {
+      const __m512 k_scale = _mm512_set1_ps(kd[b * kKeys + l0 + l]);
+      for (int i = 0; i < NRV; ++i) {
+        const __m512 d = _mm512_mul_ps(_mm512_loadu_ps(qd + b * rows_pad + i * 16), k_scale);
+        acc[i][l] = add_block(isum[i][l], d, acc[i][l], b == 0);
+      }
+    }
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int l = 0; l < KK; ++l)
+    for (int i = 0; i < NRV; ++i) _mm512_storeu_ps(s + (l0 + l) * rows_pad + i * 16, _mm512_mul_ps(acc[i][l], sc));
+}
+
+constexpr int kQuantRowVecs = 3, kQuantKeys = 4;  // 12 int32 and 12 float accumulators
+
+template <int NRV>
+void quant_score_block_upto(int nrv, const uint32_t* qw, const float* qd, int64_t rows_pad, const int8_t* kx,
+                            const float* kd, const int32_t* kbias, int l0, int64_t d_head, float scale, float* s) {
+  if constexpr (NRV > 1) {
+    if (nrv < NRV) return quant_score_block_upto<NRV - 1>(nrv, qw, qd, rows_pad, kx, kd, kbias, l0, d_head, scale, s);
+  }
+  quant_score_block<NRV, kQuantKeys>(qw, qd, rows_pad, kx, kd, kbias, l0, d_head, scale, s);
+}
+
+// Keys in lanes: NR rows against the 16 keys of group g, kt = their K words transposed
+// ([d_head / 4][16]); p[row][g * 16 + lane].
+template <int NR>
+void quant_score_rows(const uint32_t* qw, const float* qd, int64_t rows_pad, const int32_t* kt, const float* kd,
+                      const int32_t* kbias, int g, int64_t d_head, float scale, float* p) {
+  __m512 acc[NR];
+  for (int64_t b = 0; b < d_head / kBlock; ++b) {
+    const __m512i bias = _mm512_loadu_si512(kbias + b * kKeys + g * 16);
+    const __m512 k_scale = _mm512_loadu_ps(kd + b * kKeys + g * 16);
+    __m512i isum[NR];
+    for (int r = 0; r < NR; ++r) isum[r] = bias;
+    for (int w = 0; w < kBlock / 4; ++w) {
+      const __m512i k = _mm512_loadu_si512(kt + (b * 8 + w) * 16);
+      for (int r = 0; r < NR; ++r)
+        isum[r] = _mm512_dpbusd_epi32(isum[r], _mm512_set1_epi32(static_cast<int>(qw[(b * 8 + w) * rows_pad + r])), k);
+    }
+    for (int r = 0; r < NR; ++r)
+      acc[r] = add_block(isum[r], _mm512_mul_ps(_mm512_set1_ps(qd[b * rows_pad + r]), k_scale), acc[r], b == 0);
+  }
+  const __m512 sc = _mm512_set1_ps(scale);
+  for (int r = 0; r < NR; ++r) _mm512_storeu_ps(p + r * kKeys + g * 16, _mm512_mul_ps(acc[r], sc));
+}
+
+template <int NR>
+void quant_score_rows_upto(int nr, const uint32_t* qw, const float* qd, int64_t rows_pad, const int32_t* kt,
+                           const float* kd, const int32_t* kbias, int g, int64_t d_head, float scale, float* p) {
+  if constexpr (NR > 1) {
+    if (nr < NR) return quant_score_rows_upto<NR - 1>(nr, qw, qd, rows_pad, kt, kd, kbias, g, d_head, scale, p);
+  }
+  quant_score_rows<NR>(qw, qd, rows_pad, kt, kd, kbias, g, d_head, scale, p);
+}
+
+// The 16 keys of group g from kx, as 4-byte words transposed: kt[w][i] = word w of key
+// g * 16 + i.
+void transpose_key_words(const int8_t* kx, int g, int64_t d_head, int32_t* kt) {
+  const int64_t n_words = d_head / 4;
+  for (int64_t w0 = 0; w0 < n_words; w0 += 16) {
+    const int64_t n = std::min<int64_t>(16, n_words - w0);
+    const auto mask = static_cast<__mmask16>((1u << n) - 1);
+    __m512 r[16];
+    for (int i = 0; i < 16; ++i)
+      r[i] = _mm512_castsi512_ps(_mm512_maskz_loadu_epi32(mask, kx + (g * 16 + i) * d_head + 4 * w0));
+    transpose16(r);
+    for (int64_t j = 0; j < n; ++j) _mm512_storeu_ps(kt + (w0 + j) * 16, r[j]);
+  }
+}
+
+template <class Block>
+void quant_step(const AttentionTileStep<Block>& st) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head, n_blocks = d_head / kBlock;
+  const int64_t rows_pad = round_up16(n_rows);
+  const auto* qw = reinterpret_cast<const uint32_t*>(st.q8t);                // [d_head / 4][rows_pad]
+  const auto* qd = reinterpret_cast<const float*>(st.q8t + rows_pad * d_head);  // [n_blocks][rows_pad]
+  float* vf = st.work;                                                       // [kKeys][d_head]
+  auto* kx = reinterpret_cast<int8_t*>(vf + kKeys * d_head);                 // [kKeys][d_head]
+  float* kd = vf + kKeys * d_head + kKeys * d_head / 4;                      // [n_blocks][kKeys]
+  auto* kbias = reinterpret_cast<int32_t*>(kd + n_blocks * kKeys);           // [n_blocks][kKeys]
+  float* rest = kd + 2 * n_blocks * kKeys;
+  const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
+  pack_keys(st, g_begin * kGroup, g_end * kGroup, kx, kd, kbias);
+  const float* v_rows[kKeys];
+  decode_values(st, vf, v_rows);
+  if (n_rows <= 8) {
+    auto* kt = reinterpret_cast<int32_t*>(rest);  // [d_head / 4][16]
+    float* p = rest + d_head / 4 * 16;            // [n_rows][kKeys]
+    float* correction = p + n_rows * kKeys;       // [n_rows]
+    for (int g = g_begin; g < g_end; ++g) {
+      transpose_key_words(kx, g, d_head, kt);
+      quant_score_rows_upto<8>(static_cast<int>(n_rows), qw, qd, rows_pad, kt, kd, kbias, g, d_head, st.scale, p);
+    }
+    finish_keys_in_lanes<Avx512>(st, p, correction, v_rows);
+  } else {
+    float* s = rest;                     // [kKeys][rows_pad]
+    float* stats = s + kKeys * rows_pad;  // [5][rows_pad]
+    for_row_groups(rows_pad / 16, kQuantRowVecs, [&](int64_t v0, int nrv) {
+      const int64_t r0 = v0 * 16;
+      for (int l0 = st.lane_begin / kQuantKeys * kQuantKeys; l0 < st.lane_end; l0 += kQuantKeys)
+        quant_score_block_upto<kQuantRowVecs>(nrv, qw + r0, qd + r0, rows_pad, kx, kd, kbias, l0, d_head, st.scale,
+                                              s + r0);
+    });
+    finish_rows_in_lanes<Avx512>(st, s, stats, v_rows);
+  }
+}
+
 }  // namespace
 
 void attention_tile_step_avx512(const AttentionTileStep<float>& step) { tile_step<Avx512>(step); }
 void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step) { tile_step<Avx512>(step); }
+void attention_tile_step_avx512(const AttentionTileStep<BlockQ8_0>& step) { quant_step(step); }
+void attention_tile_step_avx512(const AttentionTileStep<BlockQ4_0>& step) { quant_step(step); }
 
 }  // namespace ridge::kernels

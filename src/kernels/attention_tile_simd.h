@@ -182,6 +182,53 @@ void softmax_rows(float* s, int64_t s_stride, const int32_t* row_lb, const int32
   V::store(correction, c);
 }
 
+// Rows in lanes, once the scores s[l][row] (rows_pad apart) are in: the rows' lane
+// ranges and states into `stats` (5 x rows_pad floats), softcap, the online softmax and
+// P * V over the float V rows, and the states back.
+template <class V, class T>
+void finish_rows_in_lanes(const AttentionTileStep<T>& st, float* s, float* stats, const float* const* v_rows) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head, rows_pad = round_up16(n_rows);
+  float* max = stats;                   // [rows_pad]
+  float* sum = max + rows_pad;          // [rows_pad]
+  float* correction = sum + rows_pad;   // [rows_pad]
+  auto* row_lb = reinterpret_cast<int32_t*>(correction + rows_pad);  // [rows_pad] the lanes a row sees
+  int32_t* row_le = row_lb + rows_pad;                                // [rows_pad]
+  for (int64_t i = 0; i < st.n_tokens; ++i) {
+    std::fill(row_lb + i * st.n_heads, row_lb + (i + 1) * st.n_heads, st.token_lane_begin[i]);
+    std::fill(row_le + i * st.n_heads, row_le + (i + 1) * st.n_heads, st.token_lane_end[i]);
+  }
+  std::fill(row_lb + n_rows, row_lb + rows_pad, 0);
+  std::fill(row_le + n_rows, row_le + rows_pad, 0);
+  std::copy(st.max, st.max + n_rows, max);
+  std::fill(max + n_rows, max + rows_pad, -INFINITY);
+  std::copy(st.sum, st.sum + n_rows, sum);
+  std::fill(sum + n_rows, sum + rows_pad, 0.0f);
+  if (st.softcap > 0)
+    for (int64_t row = 0; row < n_rows; ++row)
+      for (int l = row_lb[row]; l < row_le[row]; ++l)
+        s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
+  for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
+    softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, max + r0, sum + r0,
+                    correction + r0);
+
+  accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v_rows, st.lane_begin, st.lane_end, st.acc, d_head);
+  std::copy(max, max + n_rows, st.max);
+  std::copy(sum, sum + n_rows, st.sum);
+}
+
+// f(v0, nrv) over row vectors [v0, v0 + nrv) in groups of up to `most` for a score block
+// (the last groups evened out, so none is left with a single vector to amortize each
+// broadcast over).
+template <class F>
+void for_row_groups(int64_t n_vecs, int most, F&& f) {
+  for (int64_t v0 = 0; v0 < n_vecs;) {
+    int64_t nrv = std::min<int64_t>(most, n_vecs - v0);
+    if (nrv == most && n_vecs - v0 == most + 1 && most > 2) nrv = 2;
+    f(v0, static_cast<int>(nrv));
+    v0 += nrv;
+  }
+}
+
 // Work shared by both layouts: K^T [d_pad][kKeys], then the layout's own.
 template <class V, class T>
 void step_rows_in_lanes(const AttentionTileStep<T>& st, const T* const* v_rows_in) {
@@ -190,11 +237,7 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st, const T* const* v_rows_i
   float* kt = st.work;                         // [d_pad][kKeys] K^T
   float* vf = kt + d_pad * kKeys;              // [kKeys][d_head] V rows as floats
   float* s = vf + kKeys * d_head;              // [kKeys][rows_pad] scores, then p
-  float* max = s + kKeys * rows_pad;           // [rows_pad]
-  float* sum = max + rows_pad;                 // [rows_pad]
-  float* correction = sum + rows_pad;          // [rows_pad]
-  auto* row_lb = reinterpret_cast<int32_t*>(correction + rows_pad);  // [rows_pad] the lanes a row sees
-  int32_t* row_le = row_lb + rows_pad;                                // [rows_pad]
+  float* stats = s + kKeys * rows_pad;         // [5][rows_pad]
 
   // V rows widened once for all the rows' accumulators.
   const float* v_rows[kKeys];
@@ -207,40 +250,15 @@ void step_rows_in_lanes(const AttentionTileStep<T>& st, const T* const* v_rows_i
     for (; d < d_head; ++d) dst[d] = V::load1(src + d);
     v_rows[l] = dst;
   }
-  for (int64_t i = 0; i < st.n_tokens; ++i) {
-    std::fill(row_lb + i * st.n_heads, row_lb + (i + 1) * st.n_heads, st.token_lane_begin[i]);
-    std::fill(row_le + i * st.n_heads, row_le + (i + 1) * st.n_heads, st.token_lane_end[i]);
-  }
-  std::fill(row_lb + n_rows, row_lb + rows_pad, 0);
-  std::fill(row_le + n_rows, row_le + rows_pad, 0);
-  std::copy(st.max, st.max + n_rows, max);
-  std::fill(max + n_rows, max + rows_pad, -INFINITY);
-  std::copy(st.sum, st.sum + n_rows, sum);
-  std::fill(sum + n_rows, sum + rows_pad, 0.0f);
 
-  // Scores s[l][row], kQkRowVecs row vectors by kQkKeys keys at a time (the last groups
-  // evened out, so none is left with a single vector to amortize each broadcast over).
-  const int64_t n_vecs = rows_pad / V::kWidth;
-  for (int64_t v0 = 0; v0 < n_vecs;) {
-    int64_t nrv = std::min<int64_t>(V::kQkRowVecs, n_vecs - v0);
-    if (nrv == V::kQkRowVecs && n_vecs - v0 == V::kQkRowVecs + 1 && V::kQkRowVecs > 2) nrv = 2;
+  // Scores s[l][row], kQkRowVecs row vectors by kQkKeys keys at a time.
+  for_row_groups(rows_pad / V::kWidth, V::kQkRowVecs, [&](int64_t v0, int nrv) {
     const int64_t r0 = v0 * V::kWidth;
     for (int l0 = st.lane_begin / V::kQkKeys * V::kQkKeys; l0 < st.lane_end; l0 += V::kQkKeys)
-      score_block_upto<V, V::kQkRowVecs>(static_cast<int>(nrv), st.qt + r0, st.qt_stride, kt + l0, d_head, st.scale,
+      score_block_upto<V, V::kQkRowVecs>(nrv, st.qt + r0, st.qt_stride, kt + l0, d_head, st.scale,
                                          s + l0 * rows_pad + r0, rows_pad);
-    v0 += nrv;
-  }
-  if (st.softcap > 0)
-    for (int64_t row = 0; row < n_rows; ++row)
-      for (int l = row_lb[row]; l < row_le[row]; ++l)
-        s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
-  for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
-    softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, max + r0, sum + r0,
-                    correction + r0);
-
-  accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v_rows, st.lane_begin, st.lane_end, st.acc, d_head);
-  std::copy(max, max + n_rows, st.max);
-  std::copy(sum, sum + n_rows, st.sum);
+  });
+  finish_rows_in_lanes<V>(st, s, stats, v_rows);
 }
 
 // --- Keys in lanes (few rows: decode).
@@ -277,25 +295,13 @@ void score_rows_upto(int nr, const float* qt, int64_t qt_stride, const float* kt
   score_rows<V, NR>(qt, qt_stride, kt, d_head, scale, p, p_row);
 }
 
-template <class V, class T>
-void step_keys_in_lanes(const AttentionTileStep<T>& st, const T* const* k_rows, const T* const* v_rows) {
+// Keys in lanes, once the scores p[row][l] of the step's groups of 16 keys are in: softcap,
+// the online softmax per row (correction: n_rows floats) and P * V over the V rows.
+template <class V, class T, class TV>
+void finish_keys_in_lanes(const AttentionTileStep<T>& st, float* p, float* correction, const TV* const* v_rows) {
   constexpr int kVecs = kKeys / V::kWidth, kGroupVecs = kGroup / V::kWidth;
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
-  float* kt = st.work;                              // [d_pad][kKeys] K^T
-  float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][kKeys] scores, then p
-  float* correction = p + n_rows * kKeys;           // [n_rows]
   const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
-  // K^T one group of 16 keys at a time, packed densely ([d][16], 16 KB at d_head 256) and
-  // scored while it is in L1: a [d][64] layout's 256-byte stride would crowd a quarter of
-  // the L1 sets.
-  for (int g = g_begin; g < g_end; ++g) {
-    V::pack_group(k_rows + g * kGroup, d_head, kt, kGroup);
-    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
-      const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
-      score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt, d_head, st.scale,
-                                        p + r0 * kKeys + g * kGroup, kKeys);
-    }
-  }
   for (int64_t row = 0; row < n_rows; ++row) {
     float* pr = p + row * kKeys;
     const int64_t token = row / st.n_heads;
@@ -342,6 +348,27 @@ void step_keys_in_lanes(const AttentionTileStep<T>& st, const T* const* k_rows, 
                       std::min(st.lane_end, (g + 1) * kGroup), st.acc, d_head);
     std::fill(correction, correction + n_rows, 1.0f);
   }
+}
+
+template <class V, class T>
+void step_keys_in_lanes(const AttentionTileStep<T>& st, const T* const* k_rows, const T* const* v_rows) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  float* kt = st.work;                              // [d_pad][kKeys] K^T
+  float* p = kt + round_up16(d_head) * kKeys;       // [n_rows][kKeys] scores, then p
+  float* correction = p + n_rows * kKeys;           // [n_rows]
+  const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
+  // K^T one group of 16 keys at a time, packed densely ([d][16], 16 KB at d_head 256) and
+  // scored while it is in L1: a [d][64] layout's 256-byte stride would crowd a quarter of
+  // the L1 sets.
+  for (int g = g_begin; g < g_end; ++g) {
+    V::pack_group(k_rows + g * kGroup, d_head, kt, kGroup);
+    for (int64_t r0 = 0; r0 < n_rows; r0 += V::kScoreRows) {
+      const int nr = static_cast<int>(std::min<int64_t>(V::kScoreRows, n_rows - r0));
+      score_rows_upto<V, V::kScoreRows>(nr, st.qt + r0, st.qt_stride, kt, d_head, st.scale,
+                                        p + r0 * kKeys + g * kGroup, kKeys);
+    }
+  }
+  finish_keys_in_lanes<V>(st, p, correction, v_rows);
 }
 
 // The two layouts give the same bits (both are the scalar step's arithmetic); the choice

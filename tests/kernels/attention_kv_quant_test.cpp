@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -355,15 +356,24 @@ void check_attention(const AttentionCase& c, int n_threads, uint32_t seed) {
   ThreadPool pool(n_threads);
   Scratch scratch(pool.n_threads(), attention_scratch_floats(c.n_head, c.n_kv_head, c.d_head, c.block_size));
   scratch.reserve_shared(size_t{1} << 20);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx2}) {
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512Vnni}) {
     if (!cpu_supports(isa)) continue;
     SCOPED_TRACE(isa_name(isa));
-    std::vector<float> got(q.size(), -1.0f);
+    std::vector<float> got(q.size(), -1.0f), alone(q.size(), -2.0f);
     const AttentionSequence seq{q.data(), q_pos.data(), c.n_q, table, c.n_kv, got.data()};
     attention_isa(kv, std::span<const AttentionSequence>(&seq, 1), c.n_head, params, pool, scratch, isa);
     for (size_t i = 0; i < got.size(); ++i)
       ASSERT_TRUE(testing::close(got[i], want[i], 1e-6, 2e-5)) << "element " << i << ": " << got[i] << " vs "
                                                                 << want[i];
+    // Each token alone (decode's path) gives the bits it got in the batch (prefill's tiles).
+    const int64_t per_token = c.n_head * c.d_head;
+    for (int64_t t = 0; t < c.n_q; ++t) {
+      const AttentionSequence one{q.data() + t * per_token, q_pos.data() + t, 1, table, c.n_kv,
+                                  alone.data() + t * per_token};
+      attention_isa(kv, std::span<const AttentionSequence>(&one, 1), c.n_head, params, pool, scratch, isa);
+    }
+    for (size_t i = 0; i < got.size(); ++i)
+      ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(alone[i])) << "element " << i;
   }
 }
 

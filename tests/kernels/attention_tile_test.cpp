@@ -8,6 +8,7 @@
 
 #include <bit>
 #include <cmath>
+#include <cstdio>
 #include <limits>
 #include <random>
 #include <type_traits>
@@ -260,6 +261,159 @@ TEST(AttentionTileStep, PrequantizedQueriesGiveTheSameScores) {
     check_prequantized<BlockQ8_0>(isa);
     check_prequantized<BlockQ4_0>(isa);
   }
+}
+
+}  // namespace
+}  // namespace ridge::kernels
+
+namespace ridge::kernels {
+namespace {
+
+// The Q8_0/Q4_0 step: AVX-512 VNNI against the scalar step that defines it (bit for bit,
+// two steps in a row over random ragged lanes with null rows, rows in lanes and keys in
+// lanes, softcap), and the scalar step's scores against a float64 dot of the same
+// integers.
+template <class Block>
+void quantize_rows(const std::vector<float>& x, std::vector<Block>& out) {
+  out.resize(x.size() / 32);
+  if constexpr (std::is_same_v<Block, BlockQ8_0>)
+    quantize_row_q8_0(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  else
+    quantize_row_q4_0(x.data(), out.data(), static_cast<int64_t>(x.size()));
+}
+
+template <class Block>
+void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap, uint32_t seed) {
+  SCOPED_TRACE(::testing::Message() << (std::is_same_v<Block, BlockQ8_0> ? "q8_0" : "q4_0") << " tokens "
+                                    << n_tokens << " heads " << n_heads << " d_head " << d_head << " softcap "
+                                    << softcap << " seed " << seed);
+  constexpr int kKeys = kAttentionStepKeys;
+  const int64_t n_rows = n_tokens * n_heads, n_blocks = d_head / 32, row_blocks = n_blocks + 1;
+  std::vector<BlockQ8_0> q8;
+  quantize_rows(random_floats(n_rows * d_head, seed), q8);
+  std::vector<uint8_t> q8t(attention_quant_queries_bytes(n_rows, d_head));
+  attention_quant_queries(q8.data(), n_rows, d_head, q8t.data());
+  std::vector<Block> k, v;  // rows of row_blocks blocks: a row stride longer than a row
+  quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 1, 2.0f), k);
+  quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 2), v);
+  std::mt19937 rng(seed);
+  std::vector<float> want;
+  std::vector<std::vector<int>> begins(2), ends(2);
+  for (int s = 0; s < 2; ++s)
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      int a = static_cast<int>(rng() % (kKeys + 1)), b = static_cast<int>(rng() % (kKeys + 1));
+      if (a > b) std::swap(a, b);
+      if (rng() % 5 == 0) a = b = 0;
+      begins[s].push_back(a);
+      ends[s].push_back(b);
+    }
+  for (Isa isa : {Isa::kScalar, Isa::kAvx512Vnni}) {
+    if (!cpu_supports(isa)) continue;
+    SCOPED_TRACE(name(isa));
+    std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
+    std::vector<float> work(attention_tile_work_floats(n_rows, d_head), kNaN);
+    for (int s = 0; s < 2; ++s) {
+      AttentionTileStep<Block> st;
+      st.lane_begin = kKeys;
+      st.lane_end = 0;
+      for (int64_t i = 0; i < n_tokens; ++i)
+        if (begins[s][i] < ends[s][i])
+          st.lane_begin = std::min(st.lane_begin, begins[s][i]), st.lane_end = std::max(st.lane_end, ends[s][i]);
+      if (st.lane_begin >= st.lane_end) continue;
+      std::vector<const Block*> k_rows(kKeys, nullptr), v_rows(kKeys, nullptr);
+      for (int l = st.lane_begin; l < st.lane_end; ++l) {
+        bool seen = false;
+        for (int64_t i = 0; i < n_tokens; ++i) seen = seen || (begins[s][i] <= l && l < ends[s][i]);
+        if (!seen) continue;
+        k_rows[l] = k.data() + l * row_blocks;
+        v_rows[l] = v.data() + l * row_blocks;
+      }
+      st.q8 = q8.data();
+      st.q8t = q8t.data();
+      st.n_tokens = n_tokens;
+      st.n_heads = n_heads;
+      st.d_head = d_head;
+      st.k_rows = k_rows.data();
+      st.v_rows = v_rows.data();
+      st.token_lane_begin = begins[s].data();
+      st.token_lane_end = ends[s].data();
+      st.scale = 0.3f;
+      st.softcap = softcap;
+      st.acc = acc.data();
+      st.max = max.data();
+      st.sum = sum.data();
+      st.work = work.data();
+      if (isa == Isa::kScalar)
+        attention_tile_step_scalar(st);
+      else
+        attention_tile_step_avx512(st);
+    }
+    std::vector<float> all = acc;
+    all.insert(all.end(), max.begin(), max.end());
+    all.insert(all.end(), sum.begin(), sum.end());
+    if (want.empty()) {
+      want = all;
+      continue;
+    }
+    for (size_t e = 0; e < all.size(); ++e)
+      ASSERT_EQ(std::bit_cast<uint32_t>(all[e]), std::bit_cast<uint32_t>(want[e])) << "element " << e;
+  }
+  // One step's running max, against float64 scores of the same integers and scales.
+  if (softcap == 0) {
+    auto value = [](const auto& b, int i) -> double {
+      if constexpr (std::is_same_v<std::decay_t<decltype(b)>, BlockQ8_0>)
+        return b.qs[i] * static_cast<double>(fp16_to_fp32(b.d));
+      else
+        return ((i < 16 ? b.qs[i] & 15 : b.qs[i - 16] >> 4) - 8) * static_cast<double>(fp16_to_fp32(b.d));
+    };
+    std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
+    std::vector<float> work(attention_tile_work_floats(n_rows, d_head));
+    std::vector<int> lb(n_tokens, 0), le(n_tokens, kKeys);
+    std::vector<const Block*> k_rows(kKeys), v_rows(kKeys);
+    for (int l = 0; l < kKeys; ++l) k_rows[l] = k.data() + l * row_blocks, v_rows[l] = v.data() + l * row_blocks;
+    AttentionTileStep<Block> st;
+    st.q8 = q8.data();
+    st.n_tokens = n_tokens;
+    st.n_heads = n_heads;
+    st.d_head = d_head;
+    st.k_rows = k_rows.data();
+    st.v_rows = v_rows.data();
+    st.lane_begin = 0;
+    st.lane_end = kKeys;
+    st.token_lane_begin = lb.data();
+    st.token_lane_end = le.data();
+    st.scale = 0.3f;
+    st.acc = acc.data();
+    st.max = max.data();
+    st.sum = sum.data();
+    st.work = work.data();
+    attention_tile_step_scalar(st);
+    for (int64_t row = 0; row < n_rows; ++row) {
+      double best = -INFINITY;
+      for (int l = 0; l < kKeys; ++l) {
+        double dot = 0;
+        for (int64_t d = 0; d < d_head; ++d) {
+          const BlockQ8_0& qb = q8[row * n_blocks + d / 32];
+          dot += qb.qs[d % 32] * static_cast<double>(fp16_to_fp32(qb.d)) * value(k_rows[l][d / 32], d % 32);
+        }
+        best = std::max(best, 0.3 * dot);
+      }
+      ASSERT_NEAR(max[row], best, 1e-5 * (1 + std::abs(best))) << "row " << row;
+    }
+  }
+}
+
+TEST(AttentionTileStep, QuantizedCacheStepEqualsItsScalarDefinition) {
+  if (!cpu_supports(Isa::kAvx512Vnni))
+    std::printf("skipped: no avx512_vnni, so only the scalar Q8_0/Q4_0 step against float64\n");
+  uint32_t seed = 900;
+  for (int64_t n_tokens : {1, 3, 16})
+    for (int64_t n_heads : {1, 2, 5, 7})
+      for (int64_t d_head : {32, 64, 96, 128, 256})
+        for (float softcap : {0.0f, 3.0f}) {
+          check_quant_steps<BlockQ8_0>(n_tokens, n_heads, d_head, softcap, ++seed);
+          check_quant_steps<BlockQ4_0>(n_tokens, n_heads, d_head, softcap, ++seed);
+        }
 }
 
 }  // namespace
