@@ -146,22 +146,30 @@ void score_block_upto(int nrv, const float* qt, int64_t qt_stride, const float* 
 // The online softmax of kWidth rows (lanes) over the step's keys, s[l][row] -> p in
 // place: new max, correction = e(old max - new max) (exactly 1 when the max did not grow;
 // it multiplies zeros while a row is still empty), sum = sum * correction + the sum of p.
-template <class V>
-void softmax_rows(float* s, int64_t s_stride, const int32_t* row_lb, const int32_t* row_le, int lane_begin,
-                  int lane_end, float* max, float* sum, float* correction) {
+// Unmasked (kMasked false) when every row of the tile sees all of [lane_begin, lane_end):
+// the rows padding the vector past the tile then take unmasked scores, but nothing reads
+// them back.
+template <class V, bool kMasked>
+void softmax_rows_as(float* s, int64_t s_stride, const int32_t* row_lb, const int32_t* row_le, int lane_begin,
+                     int lane_end, float* max, float* sum, float* correction) {
   using F = typename V::F;
   const F minus_inf = V::set1(-INFINITY);
   F block_max = minus_inf;
   for (int l = lane_begin; l < lane_end; ++l) {
-    const F x = V::blend(V::key_mask(row_lb, row_le, l), V::load(s + l * s_stride), minus_inf);
-    V::store(s + l * s_stride, x);
-    block_max = V::max(block_max, x);
+    if constexpr (kMasked) {
+      const F x = V::blend(V::key_mask(row_lb, row_le, l), V::load(s + l * s_stride), minus_inf);
+      V::store(s + l * s_stride, x);
+      block_max = V::max(block_max, x);
+    } else {
+      block_max = V::max(block_max, V::load(s + l * s_stride));
+    }
   }
   const F old_max = V::load(max), new_max = V::max(old_max, block_max);
   const F c = V::exp(V::sub(old_max, new_max));
   auto p_at = [&](int l) {
     if (l < lane_begin || l >= lane_end) return V::zero();
-    const F p = V::maskz(V::key_mask(row_lb, row_le, l), V::exp(V::sub(V::load(s + l * s_stride), new_max)));
+    F p = V::exp(V::sub(V::load(s + l * s_stride), new_max));
+    if constexpr (kMasked) p = V::maskz(V::key_mask(row_lb, row_le, l), p);
     V::store(s + l * s_stride, p);
     return p;
   };
@@ -180,6 +188,19 @@ void softmax_rows(float* s, int64_t s_stride, const int32_t* row_lb, const int32
   V::store(sum, V::add(V::mul(V::load(sum), c), total));
   V::store(max, new_max);
   V::store(correction, c);
+}
+
+// The first n_real of the kWidth rows are the tile's (the others pad the vector).
+template <class V>
+void softmax_rows(float* s, int64_t s_stride, const int32_t* row_lb, const int32_t* row_le, int lane_begin,
+                  int lane_end, int64_t n_real, float* max, float* sum, float* correction) {
+  bool all_see = true;
+  for (int64_t i = 0; i < std::min<int64_t>(n_real, V::kWidth) && all_see; ++i)
+    all_see = row_lb[i] <= lane_begin && row_le[i] >= lane_end;
+  if (all_see)
+    softmax_rows_as<V, false>(s, s_stride, row_lb, row_le, lane_begin, lane_end, max, sum, correction);
+  else
+    softmax_rows_as<V, true>(s, s_stride, row_lb, row_le, lane_begin, lane_end, max, sum, correction);
 }
 
 // Rows in lanes, once the scores s[l][row] (rows_pad apart) are in: the rows' lane
@@ -208,8 +229,8 @@ void finish_rows_in_lanes(const AttentionTileStep<T>& st, float* s, float* stats
       for (int l = row_lb[row]; l < row_le[row]; ++l)
         s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
   for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
-    softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, max + r0, sum + r0,
-                    correction + r0);
+    softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, n_rows - r0, max + r0,
+                    sum + r0, correction + r0);
 
   accumulate_all<V>(n_rows, s, 1, rows_pad, correction, v_rows, st.lane_begin, st.lane_end, st.acc, d_head);
   std::copy(max, max + n_rows, st.max);
