@@ -16,7 +16,8 @@
 //                 not have AVX-VNNI: its kernels use none)
 //   kAmxInt8      kAvx512Vnni + AMX-TILE + AMX-INT8 with the OS's tile state
 // Attention's AVX-512 loops run on kAvx512Vnni and kAmxInt8, its AVX2 loops on kAvx2 and
-// kAvxVnni; kAmxInt8 runs f16 caches on the AMX-BF16 tiles where the CPU has them.
+// kAvxVnni; kAmxInt8 runs f16 caches on the AMX-BF16 tiles where the CPU has them. Q8_0/Q4_0
+// caches take a tiled VNNI step on kAvx512Vnni and kAmxInt8, the per-row loops below that.
 #pragma once
 
 #include <optional>
