@@ -217,20 +217,31 @@ BENCHMARK_CAPTURE(BM_Attention, gemma3_270m_heads4_kv1_d256, 4, 1, 256)
     ->UseRealTime()
     ->Unit(benchmark::kMicrosecond);
 
-// Attention over an f16 cache on one thread, per step family: prefill of n_q tokens after
-// n_ctx - n_q cached ones (n_q = 512 at 4608 is `ridge bench -p 512 -d 4096`'s last
-// chunk), or decode (n_q = 1). Process CPU time, so other work on the machine does not
-// count; the AMX step (Isa::kAmxInt8 on an AMX-BF16 CPU) against the AVX-512 one.
-void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
-  if (!cpu_supports(isa) || (isa == Isa::kAmxInt8 && !attention_tile_amx_usable(d_head))) {
-    state.SkipWithError("this CPU lacks the ISA (or AMX-BF16)");
-    return;
+// A paged cache of `values` random numbers in the encoding `Cache` (f16 bits, or Q8_0/Q4_0
+// blocks of 32).
+template <class Cache>
+std::vector<Cache> random_cache(int64_t values, uint64_t seed) {
+  const auto f = random_floats(static_cast<size_t>(values), seed);
+  if constexpr (std::is_same_v<Cache, uint16_t>) {
+    std::vector<uint16_t> out;
+    for (float x : f) out.push_back(fp32_to_fp16(x));
+    return out;
+  } else {
+    std::vector<Cache> out(static_cast<size_t>(values / 32));
+    if constexpr (std::is_same_v<Cache, BlockQ8_0>) quantize_row_q8_0(f.data(), out.data(), values);
+    else quantize_row_q4_0(f.data(), out.data(), values);
+    return out;
   }
+}
+
+// Attention on one thread, per step family: prefill of n_q tokens after n_ctx - n_q
+// cached ones (n_q = 512 at 4608 is `ridge bench -p 512 -d 4096`'s last chunk), or decode
+// (n_q = 1). Process CPU time, so other work on the machine does not count.
+template <class Cache>
+void BM_Attention(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
   const int64_t n_ctx = state.range(0), n_q = state.range(1), block_size = 16;
-  const int64_t n_blocks = n_ctx / block_size, row = n_kv_head * d_head;
-  std::vector<uint16_t> k, v;
-  for (float x : random_floats(static_cast<size_t>(n_blocks * block_size * row), 1)) k.push_back(fp32_to_fp16(x));
-  for (float x : random_floats(k.size(), 2)) v.push_back(fp32_to_fp16(x));
+  const int64_t n_blocks = n_ctx / block_size, values = n_blocks * block_size * n_kv_head * d_head;
+  const auto k = random_cache<Cache>(values, 1), v = random_cache<Cache>(values, 2);
   const auto q = random_floats(static_cast<size_t>(n_q * n_head * d_head), 3);
   std::vector<int32_t> table(static_cast<size_t>(n_blocks));
   std::iota(table.begin(), table.end(), 0);
@@ -240,7 +251,7 @@ void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n
   ThreadPool pool(1);
   Scratch scratch(pool.n_threads(), attention_scratch_floats(n_head, n_kv_head, d_head, block_size));
   scratch.reserve_shared(size_t{1} << 20);
-  const PagedKvLayer<uint16_t> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
+  const PagedKvLayer<Cache> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
   const AttentionSequence seq{q.data(), pos.data(), n_q, table, n_ctx, out.data()};
   const AttentionParams params{1.0f / std::sqrt(static_cast<float>(d_head)), 0.0f, 0};
   for (auto _ : state) {
@@ -248,6 +259,15 @@ void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n
     benchmark::DoNotOptimize(out.data());
   }
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_q), benchmark::Counter::kIsRate);
+}
+
+// An f16 cache: the AMX step (Isa::kAmxInt8 on an AMX-BF16 CPU) against the AVX-512 one.
+void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
+  if (!cpu_supports(isa) || (isa == Isa::kAmxInt8 && !attention_tile_amx_usable(d_head))) {
+    state.SkipWithError("this CPU lacks the ISA (or AMX-BF16)");
+    return;
+  }
+  BM_Attention<uint16_t>(state, isa, n_head, n_kv_head, d_head);
 }
 
 BENCHMARK_CAPTURE(BM_AttentionF16, avx512_qwen2_0_5b, Isa::kAvx512Vnni, 14, 2, 64)
@@ -271,34 +291,7 @@ void BM_AttentionQuant(benchmark::State& state, Isa isa, int64_t n_head, int64_t
     state.SkipWithError("this CPU lacks the ISA");
     return;
   }
-  const int64_t n_ctx = state.range(0), n_q = state.range(1), block_size = 16;
-  const int64_t n_blocks = n_ctx / block_size, values = n_blocks * block_size * n_kv_head * d_head;
-  std::vector<Block> k(static_cast<size_t>(values / 32)), v(k.size());
-  const auto kf = random_floats(static_cast<size_t>(values), 1), vf = random_floats(static_cast<size_t>(values), 2);
-  if constexpr (std::is_same_v<Block, BlockQ8_0>) {
-    quantize_row_q8_0(kf.data(), k.data(), values);
-    quantize_row_q8_0(vf.data(), v.data(), values);
-  } else {
-    quantize_row_q4_0(kf.data(), k.data(), values);
-    quantize_row_q4_0(vf.data(), v.data(), values);
-  }
-  const auto q = random_floats(static_cast<size_t>(n_q * n_head * d_head), 3);
-  std::vector<int32_t> table(static_cast<size_t>(n_blocks));
-  std::iota(table.begin(), table.end(), 0);
-  std::vector<int32_t> pos(static_cast<size_t>(n_q));
-  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(n_ctx - n_q));
-  std::vector<float> out(q.size());
-  ThreadPool pool(1);
-  Scratch scratch(pool.n_threads(), attention_scratch_floats(n_head, n_kv_head, d_head, block_size));
-  scratch.reserve_shared(size_t{1} << 20);
-  const PagedKvLayer<Block> kv{k.data(), v.data(), n_blocks, block_size, n_kv_head, d_head};
-  const AttentionSequence seq{q.data(), pos.data(), n_q, table, n_ctx, out.data()};
-  const AttentionParams params{1.0f / std::sqrt(static_cast<float>(d_head)), 0.0f, 0};
-  for (auto _ : state) {
-    attention_isa(kv, std::span<const AttentionSequence>(&seq, 1), n_head, params, pool, scratch, isa);
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_q), benchmark::Counter::kIsRate);
+  BM_Attention<Block>(state, isa, n_head, n_kv_head, d_head);
 }
 
 void BM_AttentionQ8_0(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {

@@ -22,6 +22,10 @@ using testing::make_paged_kv;
 using testing::PagedKv;
 using testing::PagedKvShape;
 using testing::random_floats;
+using testing::random_step_lanes;
+using testing::step_rows;
+using testing::StepLanes;
+using testing::StepRows;
 
 #define SKIP_WITHOUT_AMX_BF16()                                                                        \
   if (!attention_tile_amx_usable(64))                                                                   \
@@ -68,16 +72,7 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
   for (float x : random_floats(kKeys * row_stride, seed + 2)) v.push_back(fp32_to_fp16(x));
   for (uint16_t h : k) k_wide.push_back(fp16_to_fp32(h));
   for (uint16_t h : v) v_wide.push_back(fp16_to_fp32(h));
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int>> begins(2), ends(2);
-  for (int s = 0; s < 2; ++s)
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      int a = static_cast<int>(rng() % (kKeys + 1)), b = static_cast<int>(rng() % (kKeys + 1));
-      if (a > b) std::swap(a, b);
-      if (rng() % 5 == 0) a = b = 0;
-      begins[s].push_back(a);
-      ends[s].push_back(b);
-    }
+  const StepLanes lanes = random_step_lanes(n_tokens, kKeys, seed);
   struct State {
     std::vector<float> acc, max, sum;
   };
@@ -86,21 +81,11 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
              std::vector<float>(n_rows, 0.0f)};
     std::vector<float> work(attention_tile_work_floats(n_rows, d_head), std::nanf(""));
     for (int s = 0; s < 2; ++s) {
+      const StepRows<uint16_t> rows = step_rows(lanes, s, k.data(), v.data(), row_stride, kKeys);
+      if (rows.lane_begin >= rows.lane_end) continue;
       AttentionTileStep<uint16_t> step;
-      step.lane_begin = kKeys;
-      step.lane_end = 0;
-      for (int64_t i = 0; i < n_tokens; ++i)
-        if (begins[s][i] < ends[s][i])
-          step.lane_begin = std::min(step.lane_begin, begins[s][i]), step.lane_end = std::max(step.lane_end, ends[s][i]);
-      if (step.lane_begin >= step.lane_end) continue;
-      std::vector<const uint16_t*> k_rows(kKeys, nullptr), v_rows(kKeys, nullptr);
-      for (int l = step.lane_begin; l < step.lane_end; ++l) {
-        bool seen = false;
-        for (int64_t i = 0; i < n_tokens; ++i) seen = seen || (begins[s][i] <= l && l < ends[s][i]);
-        if (!seen) continue;
-        k_rows[l] = k.data() + l * row_stride;
-        v_rows[l] = v.data() + l * row_stride;
-      }
+      step.lane_begin = rows.lane_begin;
+      step.lane_end = rows.lane_end;
       step.qt = qt.data();
       step.qt_stride = qt_stride;
       step.q = q.data();
@@ -109,10 +94,10 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
       step.n_tokens = n_tokens;
       step.n_heads = n_heads;
       step.d_head = d_head;
-      step.k_rows = k_rows.data();
-      step.v_rows = v_rows.data();
-      step.token_lane_begin = begins[s].data();
-      step.token_lane_end = ends[s].data();
+      step.k_rows = rows.k.data();
+      step.v_rows = rows.v.data();
+      step.token_lane_begin = lanes.begin[s].data();
+      step.token_lane_end = lanes.end[s].data();
       step.scale = scale;
       step.softcap = softcap;
       step.acc = st.acc.data();
@@ -130,7 +115,7 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
   for (int64_t row = 0; row < n_rows; ++row) {
     const int64_t i = row / n_heads;
     bool any = false;
-    for (int s = 0; s < 2; ++s) any = any || begins[s][i] < ends[s][i];
+    for (int s = 0; s < 2; ++s) any = any || lanes.begin[s][i] < lanes.end[s][i];
     if (!any) {  // untouched
       ASSERT_EQ(got.max[row], -INFINITY) << row;
       ASSERT_EQ(got.sum[row], 0.0f) << row;

@@ -27,6 +27,10 @@ using testing::make_paged_kv;
 using testing::PagedKv;
 using testing::PagedKvShape;
 using testing::random_floats;
+using testing::random_step_lanes;
+using testing::step_rows;
+using testing::StepLanes;
+using testing::StepRows;
 
 // The step's three builds: scalar, AVX2 and AVX-512 (on the ISAs that have them).
 std::vector<Isa> all_isas() { return testing::loop_isas(); }
@@ -65,37 +69,18 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
   std::vector<T> k, v;
   for (float x : random_floats(kKeys * row_stride, seed + 1, 2.0f)) k.push_back(to_cache(x, T{}));
   for (float x : random_floats(kKeys * row_stride, seed + 2)) v.push_back(to_cache(x, T{}));
-  std::mt19937 rng(seed);
-  std::vector<std::vector<int>> begins(2), ends(2);
-  for (int s = 0; s < 2; ++s)
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      int a = static_cast<int>(rng() % (kKeys + 1)), b = static_cast<int>(rng() % (kKeys + 1));
-      if (a > b) std::swap(a, b);
-      if (rng() % 5 == 0) a = b = 0;  // a token that sees none of these keys
-      begins[s].push_back(a);
-      ends[s].push_back(b);
-    }
+  const StepLanes lanes = random_step_lanes(n_tokens, kKeys, seed);
   std::vector<std::vector<float>> want;
   for (Isa isa : all_isas()) {
     SCOPED_TRACE(name(isa));
     std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
     std::vector<float> work(attention_tile_work_floats(n_rows, d_head), kNaN);
     for (int s = 0; s < 2; ++s) {
+      const StepRows<T> rows = step_rows(lanes, s, k.data(), v.data(), row_stride, kKeys);
+      if (rows.lane_begin >= rows.lane_end) continue;
       AttentionTileStep<T> st;
-      st.lane_begin = kKeys;
-      st.lane_end = 0;
-      for (int64_t i = 0; i < n_tokens; ++i)
-        if (begins[s][i] < ends[s][i])
-          st.lane_begin = std::min(st.lane_begin, begins[s][i]), st.lane_end = std::max(st.lane_end, ends[s][i]);
-      if (st.lane_begin >= st.lane_end) continue;
-      std::vector<const T*> k_rows(kKeys, nullptr), v_rows(kKeys, nullptr);
-      for (int l = st.lane_begin; l < st.lane_end; ++l) {
-        bool seen = false;
-        for (int64_t i = 0; i < n_tokens; ++i) seen = seen || (begins[s][i] <= l && l < ends[s][i]);
-        if (!seen) continue;  // between the tokens' lanes: may be a recycled block
-        k_rows[l] = k.data() + l * row_stride;
-        v_rows[l] = v.data() + l * row_stride;
-      }
+      st.lane_begin = rows.lane_begin;
+      st.lane_end = rows.lane_end;
       st.qt = qt.data();
       st.qt_stride = qt_stride;
       st.q = q.data();
@@ -103,10 +88,10 @@ void check_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softca
       st.n_tokens = n_tokens;
       st.n_heads = n_heads;
       st.d_head = d_head;
-      st.k_rows = k_rows.data();
-      st.v_rows = v_rows.data();
-      st.token_lane_begin = begins[s].data();
-      st.token_lane_end = ends[s].data();
+      st.k_rows = rows.k.data();
+      st.v_rows = rows.v.data();
+      st.token_lane_begin = lanes.begin[s].data();
+      st.token_lane_end = lanes.end[s].data();
       st.scale = 0.7f;
       st.softcap = softcap;
       st.acc = acc.data();
@@ -296,47 +281,28 @@ void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float 
   std::vector<Block> k, v;  // rows of row_blocks blocks: a row stride longer than a row
   quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 1, 2.0f), k);
   quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 2), v);
-  std::mt19937 rng(seed);
   std::vector<float> want;
-  std::vector<std::vector<int>> begins(2), ends(2);
-  for (int s = 0; s < 2; ++s)
-    for (int64_t i = 0; i < n_tokens; ++i) {
-      int a = static_cast<int>(rng() % (kKeys + 1)), b = static_cast<int>(rng() % (kKeys + 1));
-      if (a > b) std::swap(a, b);
-      if (rng() % 5 == 0) a = b = 0;
-      begins[s].push_back(a);
-      ends[s].push_back(b);
-    }
+  const StepLanes lanes = random_step_lanes(n_tokens, kKeys, seed);
   for (Isa isa : {Isa::kScalar, Isa::kAvx512Vnni}) {
     if (!cpu_supports(isa)) continue;
     SCOPED_TRACE(name(isa));
     std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
     std::vector<float> work(attention_tile_work_floats(n_rows, d_head), kNaN);
     for (int s = 0; s < 2; ++s) {
+      const StepRows<Block> rows = step_rows(lanes, s, k.data(), v.data(), row_blocks, kKeys);
+      if (rows.lane_begin >= rows.lane_end) continue;
       AttentionTileStep<Block> st;
-      st.lane_begin = kKeys;
-      st.lane_end = 0;
-      for (int64_t i = 0; i < n_tokens; ++i)
-        if (begins[s][i] < ends[s][i])
-          st.lane_begin = std::min(st.lane_begin, begins[s][i]), st.lane_end = std::max(st.lane_end, ends[s][i]);
-      if (st.lane_begin >= st.lane_end) continue;
-      std::vector<const Block*> k_rows(kKeys, nullptr), v_rows(kKeys, nullptr);
-      for (int l = st.lane_begin; l < st.lane_end; ++l) {
-        bool seen = false;
-        for (int64_t i = 0; i < n_tokens; ++i) seen = seen || (begins[s][i] <= l && l < ends[s][i]);
-        if (!seen) continue;
-        k_rows[l] = k.data() + l * row_blocks;
-        v_rows[l] = v.data() + l * row_blocks;
-      }
+      st.lane_begin = rows.lane_begin;
+      st.lane_end = rows.lane_end;
       st.q8 = q8.data();
       st.q8t = q8t.data();
       st.n_tokens = n_tokens;
       st.n_heads = n_heads;
       st.d_head = d_head;
-      st.k_rows = k_rows.data();
-      st.v_rows = v_rows.data();
-      st.token_lane_begin = begins[s].data();
-      st.token_lane_end = ends[s].data();
+      st.k_rows = rows.k.data();
+      st.v_rows = rows.v.data();
+      st.token_lane_begin = lanes.begin[s].data();
+      st.token_lane_end = lanes.end[s].data();
       st.scale = 0.3f;
       st.softcap = softcap;
       st.acc = acc.data();

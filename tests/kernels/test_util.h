@@ -39,6 +39,52 @@ inline std::vector<float> random_floats(size_t n, uint32_t seed, float scale = 1
   return v;
 }
 
+// Key lanes for the tile-step tests: token i of step s sees lanes [begin[s][i], end[s][i])
+// of n_keys, and about one token in five sees none.
+struct StepLanes {
+  std::vector<std::vector<int>> begin, end;
+};
+
+inline StepLanes random_step_lanes(int64_t n_tokens, int n_keys, uint32_t seed, int n_steps = 2) {
+  std::mt19937 rng(seed);
+  StepLanes lanes{std::vector<std::vector<int>>(n_steps), std::vector<std::vector<int>>(n_steps)};
+  for (int s = 0; s < n_steps; ++s)
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      int a = static_cast<int>(rng() % (n_keys + 1)), b = static_cast<int>(rng() % (n_keys + 1));
+      if (a > b) std::swap(a, b);
+      if (rng() % 5 == 0) a = b = 0;  // a token that sees none of these keys
+      lanes.begin[s].push_back(a);
+      lanes.end[s].push_back(b);
+    }
+  return lanes;
+}
+
+// What step s of `lanes` reads: the lanes its tokens span (lane_begin >= lane_end when no
+// token sees a key) and the K and V rows of each lane some token sees. A lane between the
+// tokens' lanes stays null: it may be a recycled block.
+template <class T>
+struct StepRows {
+  int lane_begin = 0, lane_end = 0;
+  std::vector<const T*> k, v;
+};
+
+template <class T>
+StepRows<T> step_rows(const StepLanes& lanes, int s, const T* k, const T* v, int64_t row_stride, int n_keys) {
+  const auto& begin = lanes.begin[s];
+  const auto& end = lanes.end[s];
+  StepRows<T> rows{n_keys, 0, std::vector<const T*>(n_keys, nullptr), std::vector<const T*>(n_keys, nullptr)};
+  for (size_t i = 0; i < begin.size(); ++i)
+    if (begin[i] < end[i]) rows.lane_begin = std::min(rows.lane_begin, begin[i]), rows.lane_end = std::max(rows.lane_end, end[i]);
+  for (int l = rows.lane_begin; l < rows.lane_end; ++l) {
+    bool seen = false;
+    for (size_t i = 0; i < begin.size(); ++i) seen = seen || (begin[i] <= l && l < end[i]);
+    if (!seen) continue;
+    rows.k[l] = k + l * row_stride;
+    rows.v[l] = v + l * row_stride;
+  }
+  return rows;
+}
+
 // |got - ref| <= abs + rel * |ref|, the llm.c style check used for every kernel.
 inline bool close(double got, double ref, double abs = 1e-5, double rel = 1e-4) {
   return std::fabs(got - ref) <= abs + rel * std::fabs(ref);
