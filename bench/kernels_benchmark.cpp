@@ -261,7 +261,8 @@ void BM_Attention(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv
   state.counters["tokens/s"] = benchmark::Counter(static_cast<double>(state.iterations() * n_q), benchmark::Counter::kIsRate);
 }
 
-// An f16 cache: the AMX step (Isa::kAmxInt8 on an AMX-BF16 CPU) against the AVX-512 one.
+// An f16 cache: the AMX step (Isa::kAmxInt8 on an AMX-BF16 CPU) against the AVX-512 and
+// AVX2 ones.
 void BM_AttentionF16(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
   if (!cpu_supports(isa) || (isa == Isa::kAmxInt8 && !attention_tile_amx_usable(d_head))) {
     state.SkipWithError("this CPU lacks the ISA (or AMX-BF16)");
@@ -276,6 +277,12 @@ BENCHMARK_CAPTURE(BM_AttentionF16, avx512_qwen2_0_5b, Isa::kAvx512Vnni, 14, 2, 6
     ->ArgNames({"n_ctx", "n_q"})
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_AttentionF16, avx2_qwen2_0_5b, Isa::kAvx2, 14, 2, 64)
+    ->Args({4608, 512})
+    ->Args({4096, 1})
+    ->ArgNames({"n_ctx", "n_q"})
+    ->MeasureProcessCPUTime()
+    ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_AttentionF16, amx_qwen2_0_5b, Isa::kAmxInt8, 14, 2, 64)
     ->Args({4608, 512})
     ->Args({4096, 1})
@@ -283,8 +290,7 @@ BENCHMARK_CAPTURE(BM_AttentionF16, amx_qwen2_0_5b, Isa::kAmxInt8, 14, 2, 64)
     ->MeasureProcessCPUTime()
     ->Unit(benchmark::kMillisecond);
 
-// The same shapes over Q8_0 and Q4_0 caches: the AVX-512 VNNI tiled step against the
-// AVX2 per-row loops (Isa::kAvx2, what these caches ran before the step).
+// The same shapes over Q8_0 and Q4_0 caches: the AVX-512 VNNI and AVX2 tiled steps.
 template <class Block>
 void BM_AttentionQuant(benchmark::State& state, Isa isa, int64_t n_head, int64_t n_kv_head, int64_t d_head) {
   if (!cpu_supports(isa)) {

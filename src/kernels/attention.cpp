@@ -171,7 +171,7 @@ using TileStep = void (*)(const AttentionTileStep<T>&);
 
 // The step every item of a call runs, and whether it takes its queries as the AMX step's
 // split bf16 rows (attention_amx_queries) instead of transposed floats, or (Q8_0/Q4_0 on
-// AVX-512) also laid out by attention_quant_queries.
+// AVX2 and AVX-512) also laid out by attention_quant_queries.
 template <class T>
 struct StepKernel {
   TileStep<T> step;
@@ -200,7 +200,8 @@ StepKernel<T> step_for(Isa isa, int64_t d_head) {
     return {attention_tile_step_scalar};
   } else if constexpr (kQuantizedQuery<T>) {
     if (isa_has_avx512(isa)) return {attention_tile_step_avx512, false, kSimdTileTokens, true};
-    return {isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>};
+    if (isa_has_avx2(isa)) return {attention_tile_step_avx2, false, kSimdTileTokens, true};
+    return {attention_tile_step_scalar};
   } else {
     return {isa_has_avx2(isa) ? step_by_rows<T, Isa::kAvx2> : step_by_rows<T, Isa::kScalar>};
   }

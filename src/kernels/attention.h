@@ -200,7 +200,7 @@ struct AttentionTileStep {
   const float* q = nullptr;   // row i * n_heads + r at q + i * q_token_stride + r * d_head
   int64_t q_token_stride = 0;
   const BlockQ8_0* q8 = nullptr;  // Q8_0/Q4_0 K only: the rows quantized, [rows][d_head / 32]
-  const uint8_t* q8t = nullptr;   // Q8_0/Q4_0 AVX-512 step only: attention_quant_queries of q8
+  const uint8_t* q8t = nullptr;   // Q8_0/Q4_0 SIMD steps only: attention_quant_queries of q8
   const uint16_t* qa = nullptr;   // AMX step only: attention_amx_queries of the rows
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
   const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
@@ -236,21 +236,23 @@ void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step);
 void attention_tile_step_avx512(const AttentionTileStep<float>& step);
 void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
 
-// The step over Q8_0 and Q4_0 caches: scalar (the definition) and AVX-512 VNNI
-// (attention_tile_avx512.cpp; call only when cpu_supports(Isa::kAvx512Vnni)), which gives
-// its bits. Not the bits of the per-row loops above (attention_scores_*, which sum each
+// The step over Q8_0 and Q4_0 caches: scalar (the definition), AVX2 and AVX-512 VNNI
+// (attention_tile_avx2.cpp, attention_tile_avx512.cpp; call the latter only when
+// cpu_supports(Isa::kAvx512Vnni)), which give its bits. Not the bits of the per-row loops above (attention_scores_*, which sum each
 // block in 8 float lanes): per row that sees lane l, with the row's query quantized to
 // Q8_0 blocks (st.q8),
 //   s[l] = fma chain over blocks b of float(isum_b) * d_b, the first a plain product,
 //          times scale; isum_b the exact integer dot of the query's block b with K's,
 //          d_b = float(query block's d) * float(K block's d)
-// and then as the f32 step, on V decoded exactly (float(q) * float(d)). The AVX-512 step
-// also takes st.q8t, the same queries laid out once per item by attention_quant_queries:
+// and then as the f32 step, on V decoded exactly (float(q) * float(d)). The SIMD steps
+// also take st.q8t, the same queries laid out once per item by attention_quant_queries:
 //   [d_head / 4][round_up(rows, 16)] words of 4 bytes q + 128 (values 4w .. 4w + 3 of a
 //   row), then [d_head / 32][round_up(rows, 16)] floats, each block's d; zero past the rows
 // in attention_quant_queries_bytes(rows, d_head) bytes.
 void attention_tile_step_scalar(const AttentionTileStep<BlockQ8_0>& step);
 void attention_tile_step_scalar(const AttentionTileStep<BlockQ4_0>& step);
+void attention_tile_step_avx2(const AttentionTileStep<BlockQ8_0>& step);
+void attention_tile_step_avx2(const AttentionTileStep<BlockQ4_0>& step);
 void attention_tile_step_avx512(const AttentionTileStep<BlockQ8_0>& step);
 void attention_tile_step_avx512(const AttentionTileStep<BlockQ4_0>& step);
 size_t attention_quant_queries_bytes(int64_t n_rows, int64_t d_head);

@@ -3,13 +3,16 @@
 #include <immintrin.h>
 
 #include <cstdint>
+#include <cstring>
 
+#include "core/quant_blocks.h"
 #include "kernels/attention.h"
 
 #pragma GCC target("avx2,fma,f16c")
 
 #include "kernels/avx2_math.h"
 #include "kernels/attention_tile_simd.h"
+#include "kernels/attention_tile_quant.h"
 
 namespace ridge::kernels {
 
@@ -90,6 +93,15 @@ struct Avx2 {
   static F blend(Mask m, F a, F b) { return _mm256_blendv_ps(b, a, m); }
   static F maskz(Mask m, F a) { return _mm256_and_ps(m, a); }
 
+  // The 32 int8 values of x times d into dst (attention_tile_quant.h).
+  static void decode_block(__m256i x, float d, float* dst) {
+    const __m256 scale = _mm256_set1_ps(d);
+    const __m128i lo = _mm256_castsi256_si128(x), hi = _mm256_extracti128_si256(x, 1);
+    const __m128i parts[4] = {lo, _mm_unpackhi_epi64(lo, lo), hi, _mm_unpackhi_epi64(hi, hi)};
+    for (int i = 0; i < 4; ++i)
+      _mm256_storeu_ps(dst + 8 * i, _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(parts[i])), scale));
+  }
+
   // kt[d * kt_stride + i] = rows[i][d] for the 16 rows of a group (a zero row outside the
   // step's lanes), 8 rows at a time.
   template <class T>
@@ -108,9 +120,92 @@ struct Avx2 {
   }
 };
 
+// --- Q8_0 and Q4_0 caches (attention_tile_quant.h: K packed, V decoded), rows in lanes
+// for every tile, decode included, so a token's bits do not depend on its batch.
+
+// The exact dot of 4-value words for 8 rows (q: their words as int8) against one key's
+// word k broadcast, added to acc: vpmaddubsw of |k| and q * sign(k), whose pair sums
+// (at most 2 * 128 * 127) cannot saturate, then vpmaddwd into int32.
+inline __m256i dot_words(__m256i acc, __m256i q, __m256i k, __m256i k_abs) {
+  const __m256i pairs = _mm256_maddubs_epi16(k_abs, _mm256_sign_epi8(q, k));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+// NRV row vectors by KK keys: s[l][row] for lanes l0 .. l0 + KK, each block's
+// float(isum) * d added as attention.h defines (the first a product), in s between
+// blocks, times scale at the last. qw and qd point at the first row of
+// attention_quant_queries' words (q + 128) and scales.
+template <int NRV, int KK>
+void quant_score_block(const uint32_t* qw, const float* qd, int64_t rows_pad, const int8_t* kx, const float* kd,
+                       int l0, int64_t d_head, float scale, float* s) {
+  const int64_t n_blocks = d_head / kBlock;
+  const __m256i flip = _mm256_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    __m256i isum[NRV][KK];
+    for (int i = 0; i < NRV; ++i)
+      for (int l = 0; l < KK; ++l) isum[i][l] = _mm256_setzero_si256();
+    for (int w = 0; w < kBlock / 4; ++w) {
+      __m256i q[NRV];
+      for (int i = 0; i < NRV; ++i)
+        q[i] = _mm256_xor_si256(
+            _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qw + (b * 8 + w) * rows_pad + i * 8)), flip);
+      for (int l = 0; l < KK; ++l) {
+        int32_t word;
+        std::memcpy(&word, kx + (l0 + l) * d_head + b * kBlock + 4 * w, 4);
+        const __m256i k = _mm256_set1_epi32(word), k_abs = _mm256_abs_epi8(k);
+        for (int i = 0; i < NRV; ++i) isum[i][l] = dot_words(isum[i][l], q[i], k, k_abs);
+      }
+    }
+    for (int l = 0; l < KK; ++l) {
+      const __m256 k_scale = _mm256_set1_ps(kd[b * kKeys + l0 + l]);
+      for (int i = 0; i < NRV; ++i) {
+        float* out = s + (l0 + l) * rows_pad + i * 8;
+        const __m256 d = _mm256_mul_ps(_mm256_loadu_ps(qd + b * rows_pad + i * 8), k_scale);
+        const __m256 x = _mm256_cvtepi32_ps(isum[i][l]);
+        __m256 acc = b == 0 ? _mm256_mul_ps(x, d) : _mm256_fmadd_ps(x, d, _mm256_loadu_ps(out));
+        if (b == n_blocks - 1) acc = _mm256_mul_ps(acc, _mm256_set1_ps(scale));
+        _mm256_storeu_ps(out, acc);
+      }
+    }
+  }
+}
+
+constexpr int kQuantRowVecs = 2, kQuantKeys = 4;  // 8 int32 accumulators
+
+template <class Block>
+void quant_step(const AttentionTileStep<Block>& st) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head, n_blocks = d_head / kBlock;
+  const int64_t rows_pad = round_up16(n_rows);
+  const auto* qw = reinterpret_cast<const uint32_t*>(st.q8t);                // [d_head / 4][rows_pad]
+  const auto* qd = reinterpret_cast<const float*>(st.q8t + rows_pad * d_head);  // [n_blocks][rows_pad]
+  float* vf = st.work;                                                       // [kKeys][d_head]
+  auto* kx = reinterpret_cast<int8_t*>(vf + kKeys * d_head);                 // [kKeys][d_head]
+  float* kd = vf + kKeys * d_head + kKeys * d_head / 4;                      // [n_blocks][kKeys]
+  float* s = kd + 2 * n_blocks * kKeys;                                      // [kKeys][rows_pad]
+  float* stats = s + kKeys * rows_pad;                                       // [5][rows_pad]
+  const int l_begin = st.lane_begin / kQuantKeys * kQuantKeys;
+  const int l_end = (st.lane_end + kQuantKeys - 1) / kQuantKeys * kQuantKeys;
+  pack_keys(st, l_begin, l_end, kx, kd, nullptr);  // no bias: q is signed here
+  const float* v_rows[kKeys];
+  decode_values<Avx2>(st, vf, v_rows);
+  const int64_t n_vecs = (n_rows + 7) / 8;
+  for (int64_t v0 = 0; v0 < n_vecs; v0 += kQuantRowVecs) {
+    const int64_t r0 = v0 * 8;
+    for (int l0 = l_begin; l0 < l_end; l0 += kQuantKeys) {
+      if (n_vecs - v0 >= 2)
+        quant_score_block<2, kQuantKeys>(qw + r0, qd + r0, rows_pad, kx, kd, l0, d_head, st.scale, s + r0);
+      else
+        quant_score_block<1, kQuantKeys>(qw + r0, qd + r0, rows_pad, kx, kd, l0, d_head, st.scale, s + r0);
+    }
+  }
+  finish_rows_in_lanes<Avx2>(st, s, stats, v_rows);
+}
+
 }  // namespace
 
 void attention_tile_step_avx2(const AttentionTileStep<float>& step) { tile_step<Avx2>(step); }
 void attention_tile_step_avx2(const AttentionTileStep<uint16_t>& step) { tile_step<Avx2>(step); }
+void attention_tile_step_avx2(const AttentionTileStep<BlockQ8_0>& step) { quant_step(step); }
+void attention_tile_step_avx2(const AttentionTileStep<BlockQ4_0>& step) { quant_step(step); }
 
 }  // namespace ridge::kernels

@@ -20,6 +20,7 @@
 #include "kernels/avx2_math.h"
 #include "kernels/avx512_math.h"
 #include "kernels/attention_tile_simd.h"
+#include "kernels/attention_tile_quant.h"
 
 namespace ridge::kernels {
 
@@ -73,6 +74,14 @@ struct Avx512 {
   static F blend(Mask m, F a, F b) { return _mm512_mask_blend_ps(m, b, a); }
   static F maskz(Mask m, F a) { return _mm512_maskz_mov_ps(m, a); }
 
+  // The 32 int8 values of x times d into dst (attention_tile_quant.h).
+  static void decode_block(__m256i x, float d, float* dst) {
+    const __m512 scale = _mm512_set1_ps(d);
+    _mm512_storeu_ps(dst, _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x))), scale));
+    _mm512_storeu_ps(dst + 16,
+                     _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1))), scale));
+  }
+
   // kt[d * kt_stride + i] = rows[i][d] for the 16 rows of a group (a zero row outside the
   // step's lanes).
   template <class T>
@@ -89,61 +98,7 @@ struct Avx512 {
   }
 };
 
-// --- Q8_0 and Q4_0 caches.
-
-constexpr int kBlock = kQK8_0;  // values per block of K, V and the quantized query
-
-// A block's 32 values as int8 (Q4_0: low nibbles first, minus 8).
-__m256i block_int8(const BlockQ8_0& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
-__m256i block_int8(const BlockQ4_0& b) {
-  const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(b.qs)), nibble = _mm_set1_epi8(0x0f);
-  const __m128i lo = _mm_and_si128(x, nibble), hi = _mm_and_si128(_mm_srli_epi16(x, 4), nibble);
-  return _mm256_sub_epi8(_mm256_set_m128i(hi, lo), _mm256_set1_epi8(8));
-}
-
-// The exact sum of 32 int8 values: sad of the values + 128, less 32 * 128.
-int32_t sum_int8(__m256i x) {
-  const __m256i sad = _mm256_sad_epu8(_mm256_xor_si256(x, _mm256_set1_epi8(static_cast<char>(0x80))),
-                                      _mm256_setzero_si256());
-  const __m128i s = _mm_add_epi64(_mm256_castsi256_si128(sad), _mm256_extracti128_si256(sad, 1));
-  return static_cast<int32_t>(_mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1)) - kBlock * 128;
-}
-
-// K of lanes [begin, end) for the scores: kx[l][d] the values as int8, kd[b][l] each
-// block's scale and kbias[b][l] = -128 * the block's sum (vpdpbusd dots q + 128); a null
-// row, or a lane outside [lane_begin, lane_end), is zeros.
-template <class Block>
-void pack_keys(const AttentionTileStep<Block>& st, int begin, int end, int8_t* kx, float* kd, int32_t* kbias) {
-  const int64_t d_head = st.d_head, n_blocks = d_head / kBlock;
-  for (int l = begin; l < end; ++l) {
-    const Block* row = l >= st.lane_begin && l < st.lane_end ? st.k_rows[l] : nullptr;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const __m256i x = row ? block_int8(row[b]) : _mm256_setzero_si256();
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(kx + l * d_head + b * kBlock), x);
-      kd[b * kKeys + l] = row ? _cvtsh_ss(row[b].d) : 0.0f;
-      kbias[b * kKeys + l] = -128 * sum_int8(x);
-    }
-  }
-}
-
-// V of the step's lanes decoded exactly into vf[l][d] (zeros for a null row).
-template <class Block>
-void decode_values(const AttentionTileStep<Block>& st, float* vf, const float** v_rows) {
-  const int64_t d_head = st.d_head, n_blocks = d_head / kBlock;
-  for (int l = st.lane_begin; l < st.lane_end; ++l) {
-    const Block* row = st.v_rows[l];
-    float* dst = vf + l * d_head;
-    for (int64_t b = 0; b < n_blocks; ++b) {
-      const __m256i x = row ? block_int8(row[b]) : _mm256_setzero_si256();
-      const __m512 d = _mm512_set1_ps(row ? _cvtsh_ss(row[b].d) : 0.0f);
-      const __m512 lo = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_castsi256_si128(x)));
-      const __m512 hi = _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(_mm256_extracti128_si256(x, 1)));
-      _mm512_storeu_ps(dst + b * kBlock, _mm512_mul_ps(lo, d));
-      _mm512_storeu_ps(dst + b * kBlock + 16, _mm512_mul_ps(hi, d));
-    }
-    v_rows[l] = dst;
-  }
-}
+// --- Q8_0 and Q4_0 caches (attention_tile_quant.h: K packed, V decoded).
 
 // The scores of one block of lanes, from the exact block sums and their scales: acc is
 // float(isum) * d for the first block, then fma(float(isum), d, acc).
@@ -259,7 +214,7 @@ void quant_step(const AttentionTileStep<Block>& st) {
   const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
   pack_keys(st, g_begin * kGroup, g_end * kGroup, kx, kd, kbias);
   const float* v_rows[kKeys];
-  decode_values(st, vf, v_rows);
+  decode_values<Avx512>(st, vf, v_rows);
   if (n_rows <= 8) {
     auto* kt = reinterpret_cast<int32_t*>(rest);  // [d_head / 4][16]
     float* p = rest + d_head / 4 * 16;            // [n_rows][kKeys]

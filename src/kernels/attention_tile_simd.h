@@ -228,7 +228,7 @@ void finish_rows_in_lanes(const AttentionTileStep<T>& st, float* s, float* stats
     for (int64_t row = 0; row < n_rows; ++row)
       for (int l = row_lb[row]; l < row_le[row]; ++l)
         s[l * rows_pad + row] = std::tanh(s[l * rows_pad + row] / st.softcap) * st.softcap;
-  for (int64_t r0 = 0; r0 < rows_pad; r0 += V::kWidth)
+  for (int64_t r0 = 0; r0 < n_rows; r0 += V::kWidth)  // vectors past the rows: nothing reads them
     softmax_rows<V>(s + r0, rows_pad, row_lb + r0, row_le + r0, st.lane_begin, st.lane_end, n_rows - r0, max + r0,
                     sum + r0, correction + r0);
 

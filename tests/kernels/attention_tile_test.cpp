@@ -254,7 +254,7 @@ TEST(AttentionTileStep, PrequantizedQueriesGiveTheSameScores) {
 namespace ridge::kernels {
 namespace {
 
-// The Q8_0/Q4_0 step: AVX-512 VNNI against the scalar step that defines it (bit for bit,
+// The Q8_0/Q4_0 step: AVX2 and AVX-512 VNNI against the scalar step that defines it (bit for bit,
 // two steps in a row over random ragged lanes with null rows, rows in lanes and keys in
 // lanes, softcap), and the scalar step's scores against a float64 dot of the same
 // integers.
@@ -267,24 +267,33 @@ void quantize_rows(const std::vector<float>& x, std::vector<Block>& out) {
     quantize_row_q4_0(x.data(), out.data(), static_cast<int64_t>(x.size()));
 }
 
+// Random normal values, or (extremes) random signs, which quantize to +-127 in every Q8_0
+// block: the largest integer dots, where a 16-bit pair sum would saturate first.
+std::vector<float> quant_test_values(int64_t n, uint32_t seed, float scale, bool extremes) {
+  std::vector<float> x = random_floats(n, seed, scale);
+  if (extremes)
+    for (float& e : x) e = e < 0 ? -scale : scale;
+  return x;
+}
+
 template <class Block>
-void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap, uint32_t seed) {
+void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap, uint32_t seed,
+                       bool extremes = false) {
   SCOPED_TRACE(::testing::Message() << (std::is_same_v<Block, BlockQ8_0> ? "q8_0" : "q4_0") << " tokens "
                                     << n_tokens << " heads " << n_heads << " d_head " << d_head << " softcap "
-                                    << softcap << " seed " << seed);
+                                    << softcap << " seed " << seed << (extremes ? " extremes" : ""));
   constexpr int kKeys = kAttentionStepKeys;
   const int64_t n_rows = n_tokens * n_heads, n_blocks = d_head / 32, row_blocks = n_blocks + 1;
   std::vector<BlockQ8_0> q8;
-  quantize_rows(random_floats(n_rows * d_head, seed), q8);
+  quantize_rows(quant_test_values(n_rows * d_head, seed, 1.0f, extremes), q8);
   std::vector<uint8_t> q8t(attention_quant_queries_bytes(n_rows, d_head));
   attention_quant_queries(q8.data(), n_rows, d_head, q8t.data());
   std::vector<Block> k, v;  // rows of row_blocks blocks: a row stride longer than a row
-  quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 1, 2.0f), k);
+  quantize_rows(quant_test_values(kKeys * row_blocks * 32, seed + 1, 2.0f, extremes), k);
   quantize_rows(random_floats(kKeys * row_blocks * 32, seed + 2), v);
   std::vector<float> want;
   const StepLanes lanes = random_step_lanes(n_tokens, kKeys, seed);
-  for (Isa isa : {Isa::kScalar, Isa::kAvx512Vnni}) {
-    if (!cpu_supports(isa)) continue;
+  for (Isa isa : all_isas()) {
     SCOPED_TRACE(name(isa));
     std::vector<float> acc(n_rows * d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
     std::vector<float> work(attention_tile_work_floats(n_rows, d_head), kNaN);
@@ -309,10 +318,7 @@ void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float 
       st.max = max.data();
       st.sum = sum.data();
       st.work = work.data();
-      if (isa == Isa::kScalar)
-        attention_tile_step_scalar(st);
-      else
-        attention_tile_step_avx512(st);
+      run_step(isa, st);
     }
     std::vector<float> all = acc;
     all.insert(all.end(), max.begin(), max.end());
@@ -370,8 +376,8 @@ void check_quant_steps(int64_t n_tokens, int64_t n_heads, int64_t d_head, float 
 }
 
 TEST(AttentionTileStep, QuantizedCacheStepEqualsItsScalarDefinition) {
-  if (!cpu_supports(Isa::kAvx512Vnni))
-    std::printf("skipped: no avx512_vnni, so only the scalar Q8_0/Q4_0 step against float64\n");
+  for (Isa isa : {Isa::kAvx2, Isa::kAvx512Vnni})
+    if (!cpu_supports(isa)) std::printf("skipped: no %s, so no %s Q8_0/Q4_0 step here\n", name(isa), name(isa));
   uint32_t seed = 900;
   for (int64_t n_tokens : {1, 3, 16})
     for (int64_t n_heads : {1, 2, 5, 7})
@@ -380,6 +386,7 @@ TEST(AttentionTileStep, QuantizedCacheStepEqualsItsScalarDefinition) {
           check_quant_steps<BlockQ8_0>(n_tokens, n_heads, d_head, softcap, ++seed);
           check_quant_steps<BlockQ4_0>(n_tokens, n_heads, d_head, softcap, ++seed);
         }
+  for (int64_t n_tokens : {1, 16}) check_quant_steps<BlockQ8_0>(n_tokens, 7, 64, 0.0f, ++seed, true);
 }
 
 }  // namespace
