@@ -97,7 +97,7 @@ void check_sequence(const AttentionSequence& seq, size_t index, const Shape& s) 
 }
 
 // The per-row inner loops for K/V elements of type T, scalar or AVX2 (attention_avx2.cpp,
-// attention_kv_quant*.cpp): the step of the caches without a tiled one (bf16, Q8_0, Q4_0).
+// attention_kv_quant*.cpp): the step of the caches without a tiled one (bf16).
 template <class T>
 struct AttentionOps {
   void (*scores)(const float* q, int64_t n_rep, int64_t d_head, const T* k, int64_t row_stride, int64_t count,
@@ -133,16 +133,8 @@ void step_by_rows(const AttentionTileStep<T>& st) {
       const T* k = st.k_rows[l0];
       const T* v = st.v_rows[l0];
       l0 = l1;
-      if constexpr (kQuantizedQuery<T>) {  // the tile's queries, quantized once
-        const BlockQ8_0* q8 = st.q8 + row0 * (st.d_head / kQK8_0);
-        if (kIsa == Isa::kScalar)
-          attention_scores_scalar(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
-        else
-          attention_scores_avx2(q8, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows, kStride);
-      } else {
-        ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, k, st.row_stride, count, st.scale,
-                   scores_rows, kStride);
-      }
+      ops.scores(st.q + i * st.q_token_stride, st.n_heads, st.d_head, k, st.row_stride, count, st.scale, scores_rows,
+                 kStride);
       for (int64_t r = 0; r < st.n_heads; ++r) {
         float* scores = scores_rows + r * kStride;
         float& max = st.max[row0 + r];

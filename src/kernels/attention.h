@@ -99,9 +99,9 @@ void attention(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> seq
                int64_t n_head, const AttentionParams& params, ThreadPool& pool, Scratch& scratch);
 
 // attention with the inner loops of a given ISA, one cpu_supports (throws ridge::Error
-// otherwise): kAvx2 and kAvxVnni run the AVX2 loops, kAvx512Vnni and kAmxInt8 the AVX-512
-// step for f32/f16 caches and the AVX2 loops for bf16/Q8_0/Q4_0, except that kAmxInt8
-// runs f16 caches on the AMX step when attention_tile_amx_usable(d_head).
+// otherwise): kScalar the scalar steps, kAvx2 and kAvxVnni the AVX2 steps, kAvx512Vnni and
+// kAmxInt8 the AVX-512 steps, bf16 caches the per-row loops (AVX2 where the ISA has it),
+// and kAmxInt8 f16 caches on the AMX step when attention_tile_amx_usable(d_head).
 template <class T>
 void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence> sequences, int64_t n_head,
                    const AttentionParams& params, ThreadPool& pool, Scratch& scratch, Isa isa);
@@ -133,46 +133,17 @@ void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, 
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const uint16_t* v, int64_t row_stride,
                                int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 
-// The inner loops over bf16, Q8_0 and Q4_0 caches (attention_kv_quant*.cpp), with the
-// signatures above; row_stride counts units of the cache type (a Q8_0 row of 2 heads of
-// 64 values is 4 blocks). Quantized K dots a query quantized to Q8_0 blocks (d = amax /
-// 127, values rounded to nearest), in integers per block; quantized V is widened per
-// block as it is accumulated. Each AVX2 loop gives the bits of its scalar twin.
+// The inner loops over bf16 caches (attention_kv_quant*.cpp), with the signatures above;
+// each value widened exactly as it is read. Each AVX2 loop gives the bits of its scalar
+// twin.
 void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const Bf16* k, int64_t row_stride,
                              int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const Bf16* k, int64_t row_stride,
-                           int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
-                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k, int64_t row_stride,
-                           int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_scalar(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
-                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_avx2(const float* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
-                           int64_t count, float scale, float* scores, int64_t score_stride);
-// Q8_0/Q4_0 K against query rows already quantized by quantize_row_q8_0 ([n_rep][d_head /
-// 32] blocks): the bits of the float-query loops above, which quantize on every call, so
-// attention() quantizes a tile's queries once instead of once per step of keys.
-void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k,
-                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ8_0* k, int64_t row_stride,
-                           int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_scalar(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k,
-                             int64_t row_stride, int64_t count, float scale, float* scores, int64_t score_stride);
-void attention_scores_avx2(const BlockQ8_0* q, int64_t n_rep, int64_t d_head, const BlockQ4_0* k, int64_t row_stride,
                            int64_t count, float scale, float* scores, int64_t score_stride);
 void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
                                  int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const Bf16* v, int64_t row_stride,
                                int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
-void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ8_0* v,
-                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
-void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ8_0* v,
-                               int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
-void attention_accumulate_scalar(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
-                                 int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
-void attention_accumulate_avx2(const float* p, int64_t p_stride, int64_t n_rep, const BlockQ4_0* v,
-                               int64_t row_stride, int64_t count, int64_t d_head, float* acc, int64_t acc_stride);
 
 // One step of tiled attention (attention_tile*.cpp): the keys of one aligned window of
 // kAttentionStepKeys positions (lane l is key window_start + l, its K and V rows at
@@ -205,7 +176,7 @@ struct AttentionTileStep {
   int64_t n_tokens = 0, n_heads = 0, d_head = 0;
   const T* const* k_rows = nullptr;  // [kAttentionStepKeys]: lane l's K row (d_head values), or null
   const T* const* v_rows = nullptr;  // likewise V
-  // For the bf16/Q8_0/Q4_0 per-row loops, which take runs of consecutive rows within one
+  // For the bf16 per-row loops, which take runs of consecutive rows within one
   // 16-lane group and one cache block: units from one position's row to the next, and
   // bit l set where lane l's key starts a cache block.
   int64_t row_stride = 0;
@@ -238,9 +209,8 @@ void attention_tile_step_avx512(const AttentionTileStep<uint16_t>& step);
 
 // The step over Q8_0 and Q4_0 caches: scalar (the definition), AVX2 and AVX-512 VNNI
 // (attention_tile_avx2.cpp, attention_tile_avx512.cpp; call the latter only when
-// cpu_supports(Isa::kAvx512Vnni)), which give its bits. Not the bits of the per-row loops above (attention_scores_*, which sum each
-// block in 8 float lanes): per row that sees lane l, with the row's query quantized to
-// Q8_0 blocks (st.q8),
+// cpu_supports(Isa::kAvx512Vnni)), which give its bits: per row that sees lane l, with
+// the row's query quantized to Q8_0 blocks (st.q8),
 //   s[l] = fma chain over blocks b of float(isum_b) * d_b, the first a plain product,
 //          times scale; isum_b the exact integer dot of the query's block b with K's,
 //          d_b = float(query block's d) * float(K block's d)

@@ -1,9 +1,8 @@
-// Attention over bf16, Q8_0 and Q4_0 K/V caches. The inner loops: the scalar ones against
-// float64 on the dequantized cache (and, for quantized K, on the Q8_0-rounded query, so
-// only float rounding is left), each AVX2 loop bit for bit against its scalar twin and
-// against the f32 loops on the decoded rows where it promises to be, and the error the
-// query's quantization adds to scores over a quantized K. Then attention() as a whole per
-// type: paged blocks, sliding windows, GQA, lengths off the block size.
+// Attention over bf16, Q8_0 and Q4_0 K/V caches. The bf16 per-row loops: the scalar ones
+// against float64 on the widened cache, each AVX2 loop bit for bit against its scalar twin
+// and against the f32 loops on the widened rows. The error the query's quantization adds
+// to the Q8_0/Q4_0 step's scores. Then attention() as a whole per type: paged blocks,
+// sliding windows, GQA, lengths off the block size.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -56,7 +55,7 @@ Encoded<T> encode(const std::vector<float>& x) {
   return e;
 }
 
-// The query the loops dot with K: as given for bf16, rounded through Q8_0 for Q8_0/Q4_0.
+// The query the kernels dot with K: as given for bf16, rounded through Q8_0 for Q8_0/Q4_0.
 template <class T>
 std::vector<float> query_seen(const std::vector<float>& q) {
   if constexpr (std::is_same_v<T, Bf16>) return q;
@@ -142,11 +141,12 @@ struct TypeName {
 };
 
 using KvTypes = ::testing::Types<Bf16, BlockQ8_0, BlockQ4_0>;
-TYPED_TEST_SUITE(KvLoops, KvTypes, TypeName);
+using LoopTypes = ::testing::Types<Bf16>;  // the one cache type left on the per-row loops
+TYPED_TEST_SUITE(KvLoops, LoopTypes, TypeName);
 
 // Each score within float rounding of the float64 dot of the query the loop sees with the
-// decoded key: at most d_head / 8 + 8 roundings (the lanes' FMAs, the block scales' products,
-// the lane sum, the scale) of the sum of |products|.
+// widened key: at most d_head / 8 + 8 roundings (the lanes' FMAs, the lane sum, the tail,
+// the scale) of the sum of |products|.
 TYPED_TEST(KvLoops, ScalarScoresMatchFloat64) {
   for (int64_t d_head : {64, 128, 256}) {
     for (int64_t n_rep = 1; n_rep <= 7; ++n_rep) {
@@ -191,20 +191,10 @@ TYPED_TEST(KvLoops, ScalarAccumulateMatchesFloat64) {
   }
 }
 
-// Extremes the int8 path must not saturate on: the most negative code in every K/V block of
-// key 0 (Q8_0's -128, which a cache may hold though our quantizer never writes it; Q4_0's
-// nibble 0, -8), a query row of equal magnitudes (every code +-127), one rounding halfway
-// cases (x = n + 0.5 with d = 1 exactly), and an all-zero query block (d = 0).
+// Extremes: a query row of equal magnitudes, one of halfway cases and large values, and
+// a block of zeros.
 template <class T>
 void add_extremes(LoopCase<T>& c) {
-  if constexpr (!std::is_same_v<T, Bf16>) {
-    for (auto* units : {&c.k.units, &c.v.units}) {
-      for (int64_t b = 0; b < c.d_head / kKvValuesPerUnit<T>; ++b) {
-        T& block = (*units)[static_cast<size_t>(kHead * c.d_head / kKvValuesPerUnit<T> + b)];
-        std::memset(block.qs, std::is_same_v<T, BlockQ8_0> ? 0x80 : 0x00, sizeof(block.qs));
-      }
-    }
-  }
   for (int64_t d = 0; d < c.d_head; ++d) {
     c.q[d] = d % 3 ? 1.5f : -1.5f;
     if (c.n_rep > 1) c.q[c.d_head + d] = d % 32 == 0 ? 127.0f : static_cast<float>(d % 64) - 31.5f;
@@ -214,10 +204,8 @@ void add_extremes(LoopCase<T>& c) {
 
 TYPED_TEST(KvLoops, Avx2MatchesScalarBitForBit) {
   if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
-  std::vector<int64_t> d_heads = {32, 64, 96, 128, 256};
-  if (std::is_same_v<TypeParam, Bf16>) d_heads.insert(d_heads.end(), {8, 20, 72, 136});  // tails past 32 and 8
-  for (int64_t d_head : d_heads) {
-    for (int64_t n_rep : {1, 2, 3, 4, 5, 6, 7, 16, 20}) {  // 20 rows of 256: two query chunks
+  for (int64_t d_head : {8, 20, 32, 64, 72, 96, 128, 136, 256}) {  // tails past 32 and 8
+    for (int64_t n_rep : {1, 2, 3, 4, 5, 6, 7, 16, 20}) {
       for (int64_t count : {1, 13, 16}) {
         SCOPED_TRACE(::testing::Message() << "d_head " << d_head << " n_rep " << n_rep << " count " << count);
         auto c = make_case<TypeParam>(n_rep, d_head, count, static_cast<uint32_t>(d_head * n_rep + count));
@@ -231,13 +219,11 @@ TYPED_TEST(KvLoops, Avx2MatchesScalarBitForBit) {
   }
 }
 
-// V is decoded exactly and accumulated as the f32 AVX2 loop does, so every type gives that
-// loop's bits on its decoded rows; bf16 scores likewise (as the f16 loops do).
+// V is widened exactly and accumulated as the f32 AVX2 loop does, so bf16 gives that
+// loop's bits on its widened rows; scores likewise (as the f16 loops do).
 TYPED_TEST(KvLoops, Avx2MatchesTheF32LoopsOnDecodedRows) {
   if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no avx2";
-  std::vector<int64_t> d_heads = {32, 64, 128, 256};
-  if (std::is_same_v<TypeParam, Bf16>) d_heads.insert(d_heads.end(), {8, 20, 72, 136});
-  for (int64_t d_head : d_heads) {
+  for (int64_t d_head : {8, 20, 32, 64, 72, 128, 136, 256}) {
     for (int64_t n_rep : {1, 3, 6}) {
       const auto c = make_case<TypeParam>(n_rep, d_head, 13, static_cast<uint32_t>(d_head + n_rep));
       const int64_t f32_stride = kHeads * d_head;
@@ -245,21 +231,61 @@ TYPED_TEST(KvLoops, Avx2MatchesTheF32LoopsOnDecodedRows) {
       attention_accumulate_avx2(c.p.data(), kStride, n_rep, c.v.values.data() + kHead * d_head, f32_stride, c.count,
                                 d_head, acc.data(), d_head);
       EXPECT_TRUE(same_bits(accumulated_of(c, Isa::kAvx2), acc)) << "d_head " << d_head << " n_rep " << n_rep;
-      if constexpr (std::is_same_v<TypeParam, Bf16>) {
-        std::vector<float> scores(c.n_rep * kStride, -1.0f);
-        attention_scores_avx2(c.q.data(), n_rep, d_head, c.k.values.data() + kHead * d_head, f32_stride, c.count,
-                              c.scale, scores.data(), kStride);
-        EXPECT_TRUE(same_bits(scores_of(c, Isa::kAvx2), scores)) << "scores, d_head " << d_head << " n_rep " << n_rep;
-      }
+      std::vector<float> scores(c.n_rep * kStride, -1.0f);
+      attention_scores_avx2(c.q.data(), n_rep, d_head, c.k.values.data() + kHead * d_head, f32_stride, c.count,
+                            c.scale, scores.data(), kStride);
+      EXPECT_TRUE(same_bits(scores_of(c, Isa::kAvx2), scores)) << "scores, d_head " << d_head << " n_rep " << n_rep;
     }
   }
+}
+
+// The Q8_0/Q4_0 step's scores (attention.h's definition, whose bits every ISA's step
+// gives) of n_rep query rows against the case's keys, [n_rep][kStride]: token j of the
+// step sees lane j alone, so the max of its row r is score (r, j).
+template <class Block>
+std::vector<float> step_scores(const LoopCase<Block>& c) {
+  const int64_t n_blocks = c.d_head / kQK8_0, n_rows = c.count * c.n_rep;
+  std::vector<BlockQ8_0> q8(static_cast<size_t>(n_rows * n_blocks));
+  for (int64_t j = 0; j < c.count; ++j) quantize_row_q8_0(c.q.data(), q8.data() + j * c.n_rep * n_blocks, c.n_rep * c.d_head);
+  std::vector<const Block*> k_rows(kAttentionStepKeys, nullptr), v_rows(kAttentionStepKeys, nullptr);
+  std::vector<int> lane_begin(static_cast<size_t>(c.count)), lane_end(static_cast<size_t>(c.count));
+  for (int64_t j = 0; j < c.count; ++j) {
+    k_rows[j] = c.k_head() + j * c.row_stride();
+    v_rows[j] = c.v_head() + j * c.row_stride();
+    lane_begin[j] = static_cast<int>(j);
+    lane_end[j] = static_cast<int>(j + 1);
+  }
+  std::vector<float> acc(n_rows * c.d_head, 0.0f), max(n_rows, -INFINITY), sum(n_rows, 0.0f);
+  std::vector<float> work(attention_tile_work_floats(n_rows, c.d_head));
+  AttentionTileStep<Block> st;
+  st.q8 = q8.data();
+  st.n_tokens = c.count;
+  st.n_heads = c.n_rep;
+  st.d_head = c.d_head;
+  st.k_rows = k_rows.data();
+  st.v_rows = v_rows.data();
+  st.lane_begin = 0;
+  st.lane_end = static_cast<int>(c.count);
+  st.token_lane_begin = lane_begin.data();
+  st.token_lane_end = lane_end.data();
+  st.scale = c.scale;
+  st.acc = acc.data();
+  st.max = max.data();
+  st.sum = sum.data();
+  st.work = work.data();
+  attention_tile_step_scalar(st);
+  std::vector<float> s(c.n_rep * kStride, -1.0f);
+  for (int64_t j = 0; j < c.count; ++j)
+    for (int64_t r = 0; r < c.n_rep; ++r) s[r * kStride + j] = max[j * c.n_rep + r];
+  return s;
 }
 
 // Scores over a quantized K against the float64 dot of the unrounded f32 query: within
 // what the query's rounding allows. An element x of a block with scale d = amax / 127
 // (stored as f16 d16) becomes q * d16 with |x - q * d| <= d / 2 (a hair more: x * (1 / d)
 // is itself rounded) and |q| <= 127, so it moves by at most d / 2 + 127 |d - d16|, times
-// |k| in the dot; float rounding adds as in ScalarScoresMatchFloat64.
+// |k| in the dot; float rounding adds two roundings per block (its scales' product, its
+// FMA) and one for the scale, within the d_head / 8 + 8 allowed below.
 template <class Block>
 void check_query_quantization_error() {
   for (int64_t d_head : {64, 128, 256}) {
@@ -274,26 +300,24 @@ void check_query_quantization_error() {
       const double bound = d * (0.5 + 1e-4) + 127 * std::fabs(d - fp16_to_fp32(fp32_to_fp16(d)));
       std::fill(moved.begin() + static_cast<int64_t>(b), moved.begin() + static_cast<int64_t>(b) + kQK8_0, bound);
     }
-    for (Isa isa : testing::loop_isas()) {
-      const std::vector<float> got = scores_of(c, isa);
-      for (int64_t r = 0; r < n_rep; ++r) {
-        for (int64_t j = 0; j < c.count; ++j) {
-          double dot = 0, quantization = 0, magnitude = 0;
-          for (int64_t d = 0; d < d_head; ++d) {
-            const double x = c.q[r * d_head + d], k = c.k_at(j, d), e = moved[r * d_head + d];
-            dot += x * k;
-            quantization += e * std::fabs(k);
-            magnitude += (std::fabs(x) + e) * std::fabs(k);
-          }
-          const double tolerance = c.scale * (quantization + (d_head / 8 + 8) * kUnitRoundoff * magnitude);
-          ASSERT_NEAR(got[r * kStride + j], dot * c.scale, tolerance) << "row " << r << " key " << j;
+    const std::vector<float> got = step_scores(c);
+    for (int64_t r = 0; r < n_rep; ++r) {
+      for (int64_t j = 0; j < c.count; ++j) {
+        double dot = 0, quantization = 0, magnitude = 0;
+        for (int64_t d = 0; d < d_head; ++d) {
+          const double x = c.q[r * d_head + d], k = c.k_at(j, d), e = moved[r * d_head + d];
+          dot += x * k;
+          quantization += e * std::fabs(k);
+          magnitude += (std::fabs(x) + e) * std::fabs(k);
         }
+        const double tolerance = c.scale * (quantization + (d_head / 8 + 8) * kUnitRoundoff * magnitude);
+        ASSERT_NEAR(got[r * kStride + j], dot * c.scale, tolerance) << "row " << r << " key " << j;
       }
     }
   }
 }
 
-TEST(KvLoopsQuantizedK, QueryQuantizationErrorIsBounded) {
+TEST(QuantizedKStep, QueryQuantizationErrorIsBounded) {
   check_query_quantization_error<BlockQ8_0>();
   check_query_quantization_error<BlockQ4_0>();
 }

@@ -212,44 +212,6 @@ TEST(AttentionTile, OddBlockAndHeadSizes) {
 }  // namespace
 }  // namespace ridge::kernels
 
-namespace ridge::kernels {
-namespace {
-
-// Q8_0/Q4_0 K: scores from a query quantized once (what attention() now does per tile)
-// have the bits of the loops that quantize the float query on every call.
-template <class Block>
-void check_prequantized(Isa isa) {
-  const int64_t n_rep = 5, d_head = 128, count = 11, n_blocks = d_head / 32, row_stride = 2 * n_blocks;
-  const auto q = random_floats(n_rep * d_head, 3);
-  std::vector<Block> k(count * row_stride);
-  std::vector<float> k_float = random_floats(count * row_stride * 32, 4);
-  if constexpr (std::is_same_v<Block, BlockQ8_0>)
-    quantize_row_q8_0(k_float.data(), k.data(), static_cast<int64_t>(k_float.size()));
-  else
-    quantize_row_q4_0(k_float.data(), k.data(), static_cast<int64_t>(k_float.size()));
-  std::vector<BlockQ8_0> q8(n_rep * n_blocks);
-  quantize_row_q8_0(q.data(), q8.data(), n_rep * d_head);
-  std::vector<float> from_float(n_rep * 16, 0.0f), from_q8(from_float.size(), 0.0f);
-  if (isa == Isa::kScalar) {
-    attention_scores_scalar(q.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, from_float.data(), 16);
-    attention_scores_scalar(q8.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, from_q8.data(), 16);
-  } else {
-    attention_scores_avx2(q.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, from_float.data(), 16);
-    attention_scores_avx2(q8.data(), n_rep, d_head, k.data(), row_stride, count, 0.3f, from_q8.data(), 16);
-  }
-  EXPECT_EQ(from_float, from_q8) << name(isa);
-}
-
-TEST(AttentionTileStep, PrequantizedQueriesGiveTheSameScores) {
-  for (Isa isa : all_isas()) {
-    if (isa_has_avx512(isa)) continue;  // no AVX-512 loops for quantized caches
-    check_prequantized<BlockQ8_0>(isa);
-    check_prequantized<BlockQ4_0>(isa);
-  }
-}
-
-}  // namespace
-}  // namespace ridge::kernels
 
 namespace ridge::kernels {
 namespace {
