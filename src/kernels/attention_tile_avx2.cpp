@@ -1,5 +1,7 @@
 // The tiled attention step with AVX2+FMA+F16C: 8 query rows in a vector
-// (attention_tile_simd.h). Reached only after best_isa() has checked the CPU.
+// (attention_tile_simd.h). Reached only after best_isa() has checked the CPU. Q8_0/Q4_0
+// caches take the same softmax and P * V with their scores from vpmaddubsw/vpmaddwd
+// against the query's Q8_0 blocks, their bits the scalar Q8_0/Q4_0 step's.
 #include <immintrin.h>
 
 #include <cstdint>
