@@ -176,15 +176,10 @@ constexpr int kQuantRowVecs = 2, kQuantKeys = 4;  // 8 int32 accumulators
 
 template <class Block>
 void quant_step(const AttentionTileStep<Block>& st) {
-  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head, n_blocks = d_head / kBlock;
-  const int64_t rows_pad = round_up16(n_rows);
-  const auto* qw = reinterpret_cast<const uint32_t*>(st.q8t);                // [d_head / 4][rows_pad]
-  const auto* qd = reinterpret_cast<const float*>(st.q8t + rows_pad * d_head);  // [n_blocks][rows_pad]
-  float* vf = st.work;                                                       // [kKeys][d_head]
-  auto* kx = reinterpret_cast<int8_t*>(vf + kKeys * d_head);                 // [kKeys][d_head]
-  float* kd = vf + kKeys * d_head + kKeys * d_head / 4;                      // [n_blocks][kKeys]
-  float* s = kd + 2 * n_blocks * kKeys;                                      // [kKeys][rows_pad]
-  float* stats = s + kKeys * rows_pad;                                       // [5][rows_pad]
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  const auto [rows_pad, qw, qd, vf, kx, kd, kbias, rest] = quant_step_buffers(st);
+  float* s = rest;                      // [kKeys][rows_pad]
+  float* stats = s + kKeys * rows_pad;  // [5][rows_pad]
   const int l_begin = st.lane_begin / kQuantKeys * kQuantKeys;
   const int l_end = (st.lane_end + kQuantKeys - 1) / kQuantKeys * kQuantKeys;
   pack_keys(st, l_begin, l_end, kx, kd, nullptr);  // no bias: q is signed here

@@ -202,15 +202,8 @@ void transpose_key_words(const int8_t* kx, int g, int64_t d_head, int32_t* kt) {
 
 template <class Block>
 void quant_step(const AttentionTileStep<Block>& st) {
-  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head, n_blocks = d_head / kBlock;
-  const int64_t rows_pad = round_up16(n_rows);
-  const auto* qw = reinterpret_cast<const uint32_t*>(st.q8t);                // [d_head / 4][rows_pad]
-  const auto* qd = reinterpret_cast<const float*>(st.q8t + rows_pad * d_head);  // [n_blocks][rows_pad]
-  float* vf = st.work;                                                       // [kKeys][d_head]
-  auto* kx = reinterpret_cast<int8_t*>(vf + kKeys * d_head);                 // [kKeys][d_head]
-  float* kd = vf + kKeys * d_head + kKeys * d_head / 4;                      // [n_blocks][kKeys]
-  auto* kbias = reinterpret_cast<int32_t*>(kd + n_blocks * kKeys);           // [n_blocks][kKeys]
-  float* rest = kd + 2 * n_blocks * kKeys;
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  const auto [rows_pad, qw, qd, vf, kx, kd, kbias, rest] = quant_step_buffers(st);
   const int g_begin = st.lane_begin / kGroup, g_end = (st.lane_end + kGroup - 1) / kGroup;
   pack_keys(st, g_begin * kGroup, g_end * kGroup, kx, kd, kbias);
   const float* v_rows[kKeys];

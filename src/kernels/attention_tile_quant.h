@@ -17,6 +17,36 @@ namespace {
 
 constexpr int kBlock = kQK8_0;  // values per block of K, V and the quantized query
 
+// A quantized step's operands: the queries as attention_quant_queries lays them out, and
+// st.work carved into V decoded, K as int8, K's block scales and biases, and the rest for
+// the layout's scores and softmax state.
+struct QuantStepBuffers {
+  int64_t rows_pad;    // the rows rounded up to 16
+  const uint32_t* qw;  // [d_head / 4][rows_pad] words of q + 128
+  const float* qd;     // [n_blocks][rows_pad] the query blocks' scales
+  float* vf;           // [kKeys][d_head]
+  int8_t* kx;          // [kKeys][d_head]
+  float* kd;           // [n_blocks][kKeys]
+  int32_t* kbias;      // [n_blocks][kKeys]
+  float* rest;
+};
+
+template <class Block>
+QuantStepBuffers quant_step_buffers(const AttentionTileStep<Block>& st) {
+  constexpr int64_t keys = kAttentionStepKeys;
+  const int64_t d_head = st.d_head, n_blocks = d_head / kBlock;
+  QuantStepBuffers b;
+  b.rows_pad = (st.n_tokens * st.n_heads + 15) / 16 * 16;
+  b.qw = reinterpret_cast<const uint32_t*>(st.q8t);
+  b.qd = reinterpret_cast<const float*>(st.q8t + b.rows_pad * d_head);
+  b.vf = st.work;
+  b.kx = reinterpret_cast<int8_t*>(b.vf + keys * d_head);
+  b.kd = b.vf + keys * d_head + keys * d_head / 4;
+  b.kbias = reinterpret_cast<int32_t*>(b.kd + n_blocks * keys);
+  b.rest = b.kd + 2 * n_blocks * keys;
+  return b;
+}
+
 // A block's 32 values as int8 (Q4_0: low nibbles first, minus 8).
 __m256i block_int8(const BlockQ8_0& b) { return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b.qs)); }
 __m256i block_int8(const BlockQ4_0& b) {
