@@ -273,6 +273,14 @@ float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
   return sum;
 }
 
+float vec_dot_f32_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
+  const auto* v = reinterpret_cast<const float*>(w);
+  const auto* x = reinterpret_cast<const float*>(act);
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) sum += v[i] * x[i];
+  return sum;
+}
+
 float vec_dot_f16_scalar(int64_t n, const uint8_t* w, const uint8_t* act) {
   const auto* h = reinterpret_cast<const uint16_t*>(w);
   const auto* x = reinterpret_cast<const float*>(act);

@@ -89,8 +89,8 @@ struct GemmKernel {
 using GemmTable = std::array<GemmKernel, kDTypeSlots>;
 const GemmTable& gemm_table(Isa isa);
 
-// The table entry for a weight type and ISA, or null when the type has no integer path
-// (F32, Q2_K, Q3_K, ...: matmul dequantizes those rows instead).
+// The table entry for a weight type and ISA, or null when the type has no kernel of its
+// own (Q2_K, Q3_K, ...: matmul runs the F32 entry on those rows dequantized).
 const GemmKernel* gemm_kernel(DType weight, Isa isa);
 
 // The scalar GEMM over a reference vec_dot: every (row, token) pair in turn.
@@ -113,6 +113,7 @@ float vec_dot_q5_1_scalar(int64_t n, const uint8_t* w, const uint8_t* act);  // 
 float vec_dot_q4_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q5_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_q6_k_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+float vec_dot_f32_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_f16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 // The runtime formats (core/quant_bnb.h, gemm_bnb.cpp): one fma per 32-element group.
@@ -130,6 +131,7 @@ void gemm_q5_1_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q4_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q5_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_q6_k_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_f32_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_f16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 void gemm_bf16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 // NF4 and I8_ROWS (gemm_bnb_avx2.cpp), bit-identical to their scalar references.

@@ -147,14 +147,22 @@ struct TileQ6K {
   }
 };
 
-// ---- 16-bit float weights against f32 activations ------------------------------------
+// ---- float weights (f32, and f16/bf16 widened in registers) against f32 activations ---
+
+struct LoadF32 {
+  using Elem = float;
+  static __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
+  static float one(float v) { return v; }
+};
 
 struct LoadF16 {
+  using Elem = uint16_t;
   static __m256 load8(const uint16_t* p) { return _mm256_cvtph_ps(load128(p)); }
   static float one(uint16_t h) { return _cvtsh_ss(h); }
 };
 
 struct LoadBF16 {
+  using Elem = uint16_t;
   static __m256 load8(const uint16_t* p) {
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(load128(p)), 16));
   }
@@ -167,14 +175,14 @@ struct LoadBF16 {
 };
 
 template <class Load>
-struct TileHalf {
+struct TileFloat {
   static constexpr int kRows = 4, kTokens = 2, kDecodeRows = 4;
 
   template <int R, int T>
   static void run(const GemmArgs& a, int64_t r0, int64_t t0) {
     const int64_t n = a.n_in, n8 = n / 8 * 8;
-    const uint16_t* w[R];
-    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const uint16_t*>(a.w + (r0 + r) * a.w_stride);
+    const typename Load::Elem* w[R];
+    for (int r = 0; r < R; ++r) w[r] = reinterpret_cast<const typename Load::Elem*>(a.w + (r0 + r) * a.w_stride);
     const float* x[T];
     for (int t = 0; t < T; ++t) x[t] = reinterpret_cast<const float*>(a.act + (t0 + t) * a.act_stride);
     __m256 acc[R][T];
@@ -275,11 +283,14 @@ RIDGE_VNNI_ENTRY void gemm_q6_k_avxvnni(const GemmArgs& a, int64_t n_rows, int64
   gemm_blocked<TileQ6K<ScaleAddVnni>>(a, n_rows, n_tokens);
 }
 #undef RIDGE_VNNI_ENTRY
+void gemm_f32_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  gemm_blocked<TileFloat<LoadF32>>(a, n_rows, n_tokens);
+}
 void gemm_f16_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  gemm_blocked<TileHalf<LoadF16>>(a, n_rows, n_tokens);
+  gemm_blocked<TileFloat<LoadF16>>(a, n_rows, n_tokens);
 }
 void gemm_bf16_avx2(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  gemm_blocked<TileHalf<LoadBF16>>(a, n_rows, n_tokens);
+  gemm_blocked<TileFloat<LoadBF16>>(a, n_rows, n_tokens);
 }
 
 }  // namespace ridge::kernels

@@ -12,12 +12,13 @@ namespace ridge::kernels {
 namespace {
 
 // The activation format a weight type's integer kernels read: 8-bit blocks of 32 for the
-// legacy and runtime formats, Q8_K for the K-quants, floats for the 16-bit floats.
+// legacy and runtime formats, Q8_K for the K-quants, floats for the float types.
 ActFormat act_format(DType type) {
   switch (type) {
     case DType::Q4_K:
     case DType::Q5_K:
     case DType::Q6_K: return ActFormat::kQ8_K;
+    case DType::F32:
     case DType::F16:
     case DType::BF16: return ActFormat::kF32;
     default: return ActFormat::kQ8_0;
@@ -42,6 +43,7 @@ GemmTable scalar_table() {
   put(t, s, DType::Q4_K, gemm_rows_scalar<vec_dot_q4_k_scalar>);
   put(t, s, DType::Q5_K, gemm_rows_scalar<vec_dot_q5_k_scalar>);
   put(t, s, DType::Q6_K, gemm_rows_scalar<vec_dot_q6_k_scalar>);
+  put(t, s, DType::F32, gemm_rows_scalar<vec_dot_f32_scalar>);
   put(t, s, DType::F16, gemm_rows_scalar<vec_dot_f16_scalar>);
   put(t, s, DType::BF16, gemm_rows_scalar<vec_dot_bf16_scalar>);
   put(t, s, DType::NF4, gemm_rows_scalar<vec_dot_nf4_scalar>);
@@ -60,6 +62,7 @@ GemmTable avx2_table() {
   put(t, a, DType::Q4_K, gemm_q4_k_avx2);
   put(t, a, DType::Q5_K, gemm_q5_k_avx2);
   put(t, a, DType::Q6_K, gemm_q6_k_avx2);
+  put(t, a, DType::F32, gemm_f32_avx2);
   put(t, a, DType::F16, gemm_f16_avx2);
   put(t, a, DType::BF16, gemm_bf16_avx2);
   put(t, a, DType::NF4, gemm_nf4_avx2);
@@ -68,7 +71,7 @@ GemmTable avx2_table() {
 }
 
 GemmTable avx_vnni_table() {
-  GemmTable t = avx2_table();  // F16, BF16, NF4, I8_ROWS: the AVX2 kernels
+  GemmTable t = avx2_table();  // F32, F16, BF16, NF4, I8_ROWS: the AVX2 kernels
   const Isa v = Isa::kAvxVnni;
   put(t, v, DType::Q8_0, gemm_q8_0_avxvnni);
   put(t, v, DType::Q4_0, gemm_q4_0_avxvnni);
@@ -82,7 +85,7 @@ GemmTable avx_vnni_table() {
 }
 
 GemmTable avx512_vnni_table() {
-  GemmTable t = avx2_table();  // F16, BF16: the AVX2 kernels (no AVX-VNNI needed)
+  GemmTable t = avx2_table();  // F32, F16, BF16: the AVX2 kernels (no AVX-VNNI needed)
   const Isa v = Isa::kAvx512Vnni;
   put(t, v, DType::Q8_0, gemm_q8_0_avx512);
   put(t, v, DType::Q4_0, gemm_q4_0_avx512);
@@ -98,7 +101,7 @@ GemmTable avx512_vnni_table() {
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();  // F16, BF16: as there
+  GemmTable t = avx512_vnni_table();  // F32, F16, BF16: as there
   // The tile kernels hand batches too small for the tiles, and every token past the last
   // whole 16-token tile, to the AVX-512 VNNI kernels (gemm_amx.h).
   const Isa x = Isa::kAmxInt8;

@@ -10,16 +10,15 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/dot.h"
 #include "kernels/gemm_amx.h"
 
 namespace ridge::kernels {
 
 namespace {
 
-// Rows dequantized together, so each token's x row is fetched once per tile instead of
-// once per weight row when n_tokens is large.
-constexpr int64_t kRowTile = 4;
+// Rows dequantized together for the F32 entry: a panel of its blocked GEMM (16 rows), so
+// a chunk of tokens is fetched once per panel.
+constexpr int64_t kRowTile = 16;
 
 std::atomic<MatmulMode> g_matmul_mode{MatmulMode::kQuantized};
 std::atomic<float> g_int8_outlier_threshold{6.0f};
@@ -31,13 +30,6 @@ size_t round_up_64(size_t bytes) { return (bytes + 63) / 64 * 64; }
 
 // Below this many activation elements, quantizing on one thread beats waking the pool.
 constexpr int64_t kParallelQuantizeElements = 32768;
-
-const float* dequantized_row(const WeightMatrix& w, ToFloatFn to_float, int64_t o, float* buffer) {
-  const uint8_t* row = w.data + static_cast<size_t>(o) * w.row_bytes;
-  if (w.dtype == DType::F32) return reinterpret_cast<const float*>(row);
-  to_float(row, buffer, w.n_in);
-  return buffer;
-}
 
 }  // namespace
 
@@ -97,9 +89,8 @@ size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
 
 std::string matmul_kernel_name(DType weight, Isa isa) {
   if (const GemmKernel* kernel = gemm_kernel(weight, isa)) return isa_name(kernel->isa);
-  // Float dots (dot_f32: AVX2 on every ISA that has it), on dequantized rows unless F32.
-  const char* dot = isa_has_avx2(isa) ? "avx2" : "scalar";
-  return weight == DType::F32 ? str_cat("f32 ", dot) : str_cat("f32 ", dot, " (rows dequantized)");
+  // The F32 entry on dequantized rows.
+  return str_cat("f32 ", isa_name(gemm_kernel(DType::F32, isa)->isa), " (rows dequantized)");
 }
 
 void matmul(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
@@ -269,29 +260,30 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
   const int64_t n_in = w.n_in;
   const int64_t n_out = w.n_out;
 
-  const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? nullptr : gemm_kernel(w.dtype, isa);
-  if (kernel != nullptr) {
+  // MatmulMode::kFloat runs every type as F32 does: the F32 entry, on rows dequantized.
+  const GemmKernel* f32 = gemm_kernel(DType::F32, isa);
+  const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? f32 : gemm_kernel(w.dtype, isa);
+  if (kernel != nullptr && (kernel != f32 || w.dtype == DType::F32)) {
     const WeightMatrix* ws[1] = {&w};
     float* ys[1] = {y};
     gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), x, ys, n_tokens, pool, scratch);
     return;
   }
 
-  // F32 weights (float dots, as the f32 references compute them), types without an
-  // integer kernel and MatmulMode::kFloat (rows dequantized into per-thread scratch).
+  // Types without a kernel of their own, and every type in MatmulMode::kFloat: panels of
+  // rows dequantized into per-thread scratch by the trait table's to_float, then the F32
+  // entry on them.
   const ToFloatFn to_float = type_traits(w.dtype).to_float;
+  const size_t f32_stride = static_cast<size_t>(n_in) * sizeof(float);
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end, int thread) {
     float* buffer = scratch.thread_data(thread);
-    const float* rows[kRowTile];
     for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
       const int64_t tile = std::min(kRowTile, end - o0);
       for (int64_t r = 0; r < tile; ++r)
-        rows[r] = dequantized_row(w, to_float, o0 + r, buffer + r * n_in);
-      for (int64_t t = 0; t < n_tokens; ++t) {
-        const float* xt = x + t * n_in;
-        float* yt = y + t * n_out + o0;
-        for (int64_t r = 0; r < tile; ++r) yt[r] = dot_f32(rows[r], xt, n_in);
-      }
+        to_float(w.data + static_cast<size_t>(o0 + r) * w.row_bytes, buffer + r * n_in, n_in);
+      const GemmArgs args{n_in, reinterpret_cast<const uint8_t*>(buffer), f32_stride,
+                          reinterpret_cast<const uint8_t*>(x), f32_stride, y + o0, n_out};
+      f32->gemm(args, tile, n_tokens);
     }
   });
 }

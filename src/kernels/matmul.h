@@ -42,9 +42,9 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name);
 
 // How matmul multiplies non-F32 weights, process-wide. kQuantized (the default): the
 // integer GEMM with 8-bit activations. kFloat: each row dequantized by the trait table's
-// reference and dotted in f32 with the f32 activations, as before activation
-// quantization: several times slower, for comparisons with float references (test
-// tools). Scratch sized by matmul_scratch_floats covers both.
+// reference and multiplied in f32 with the f32 activations (the F32 entry), as before
+// activation quantization: several times slower, for comparisons with float references
+// (test tools). Scratch sized by matmul_scratch_floats covers both.
 enum class MatmulMode { kQuantized, kFloat };
 void set_matmul_mode(MatmulMode mode);
 MatmulMode matmul_mode();
@@ -82,14 +82,14 @@ void matmul_group(std::span<const WeightMatrix* const> ws, const float* x, std::
                   int64_t n_tokens, ThreadPool& pool, Scratch& scratch);
 
 // matmul with the kernels of a given ISA (tests and benchmarks compare each against
-// kScalar); throws ridge::Error unless cpu_supports(isa). The float paths (F32 weights,
-// types without an integer kernel) use dot_f32 whatever the ISA.
+// kScalar); throws ridge::Error unless cpu_supports(isa). Types without a kernel of their
+// own run the ISA's F32 entry on their rows dequantized.
 void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens, ThreadPool& pool,
                 Scratch& scratch, Isa isa);
 
 // What matmul runs for a weight type on an ISA, for start-up lines and `ridge bench`: the
-// ISA of its table entry ("avx512_vnni"; "avx2" for avx512_vnni's F16), or for the float
-// paths "f32 avx2", "f32 avx2 (rows dequantized)".
+// ISA of its table entry ("avx512_vnni"; "avx2" for avx512_vnni's F16 and F32), or for a
+// type without one "f32 avx2 (rows dequantized)".
 std::string matmul_kernel_name(DType weight, Isa isa);
 
 // Reference for tests: dequantizes each row with the same to_float and accumulates in

@@ -44,6 +44,11 @@ inline std::vector<uint8_t> random_weight_bytes(DType type, int64_t n_in, int64_
       case DType::Q4_K: case DType::Q5_K: case DType::Q4_1: case DType::Q5_1: put_f16(blk); put_f16(blk + 2); break;
       case DType::Q6_K: put_f16(blk + offsetof(BlockQ6_K, d)); break;
       case DType::F16: put_f16(blk); break;
+      case DType::F32: {
+        const float v = scale(rng) * 50;
+        std::memcpy(blk, &v, sizeof(v));
+        break;
+      }
       case DType::BF16: {
         const uint16_t h = fp32_to_bf16(scale(rng) * 50);
         std::memcpy(blk, &h, sizeof(h));
