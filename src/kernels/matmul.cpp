@@ -260,19 +260,19 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
   const int64_t n_in = w.n_in;
   const int64_t n_out = w.n_out;
 
-  // MatmulMode::kFloat runs every type as F32 does: the F32 entry, on rows dequantized.
-  const GemmKernel* f32 = gemm_kernel(DType::F32, isa);
-  const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? f32 : gemm_kernel(w.dtype, isa);
-  if (kernel != nullptr && (kernel != f32 || w.dtype == DType::F32)) {
+  // MatmulMode::kFloat runs every type but F32 on its rows dequantized.
+  const bool dequantize = matmul_mode() == MatmulMode::kFloat && w.dtype != DType::F32;
+  if (const GemmKernel* kernel = dequantize ? nullptr : gemm_kernel(w.dtype, isa)) {
     const WeightMatrix* ws[1] = {&w};
     float* ys[1] = {y};
     gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), x, ys, n_tokens, pool, scratch);
     return;
   }
 
-  // Types without a kernel of their own, and every type in MatmulMode::kFloat: panels of
+  // Types without a kernel of their own, and all but F32 in MatmulMode::kFloat: panels of
   // rows dequantized into per-thread scratch by the trait table's to_float, then the F32
   // entry on them.
+  const GemmKernel* f32 = gemm_kernel(DType::F32, isa);
   const ToFloatFn to_float = type_traits(w.dtype).to_float;
   const size_t f32_stride = static_cast<size_t>(n_in) * sizeof(float);
   pool.parallel_for(n_out, [&](int64_t begin, int64_t end, int thread) {

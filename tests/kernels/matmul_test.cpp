@@ -300,7 +300,7 @@ TEST(Matmul, RejectsUnusableWeightsAndSmallScratch) {
   EXPECT_NO_THROW(matmul(q8, x, y, 1, pool, scratch));
   EXPECT_THROW(matmul(q8, x, y, 2, pool, scratch), Error);  // sized for one token
   const WeightMatrix q4_1 = weight_matrix(DType::Q4_1, 512, 2, bytes.data());
-  EXPECT_THROW(matmul(q4_1, x, y, 1, pool, scratch), Error);  // needs 4 * 512 floats per thread
+  EXPECT_THROW(matmul(q4_1, x, y, 1, pool, scratch), Error);  // needs 16 * 512 floats per thread
   try {
     check_weight_matrix(WeightMatrix{DType::F32, 8, 2, bytes.data(), 16}, "blk.3.ffn_up.weight");
     FAIL() << "expected an error";
