@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <span>
 
 #include "core/error.h"
+#include "core/part_file.h"
 #include "gguf/writer.h"
 
 namespace ridge::quant {
@@ -213,18 +213,12 @@ void write_imatrix(const Imatrix& m, const std::string& path) {
     w.add_tensor(name + std::string(kSumsSuffix), DType::F32, sums_dims, bytes(e.in_sum2));
     w.add_tensor(name + std::string(kCountsSuffix), DType::F32, counts_dims, bytes(e.counts));
   }
-  const std::string part = path + ".part";
-  std::error_code ec;
+  PartFile part(path);
+  w.write(part.path());
   try {
-    w.write(part);
-  } catch (...) {
-    std::filesystem::remove(part, ec);
-    throw;
-  }
-  std::filesystem::rename(part, path, ec);
-  if (ec) {
-    std::filesystem::remove(part, ec);
-    throw Error(str_cat("imatrix: cannot rename ", part, " to ", path));
+    part.commit();
+  } catch (const Error& e) {
+    throw Error(str_cat("imatrix: ", e.what()));
   }
 }
 

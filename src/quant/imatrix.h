@@ -46,7 +46,7 @@ Imatrix collect_imatrix(Model& model, const CalibrationSet& set,
 // Writes llama-imatrix's GGUF: general.type "imatrix", imatrix.datasets (strings),
 // imatrix.chunk_count and imatrix.chunk_size (u32); per entry, in name order,
 // NAME.in_sum2 (f32 [n_in], or [n_in, n_mat]) and NAME.counts (f32 [1], or [1, n_mat]).
-// Writes path.part and renames it, so a failed run leaves no file.
+// Writes a part file beside path (core/part_file.h) and renames it, so a failed run leaves no file.
 void write_imatrix(const Imatrix& imatrix, const std::string& path);
 
 // Reads llama-imatrix's GGUF, or its legacy binary format (which stores the mean square

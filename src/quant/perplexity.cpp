@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <filesystem>
 
 #include "core/error.h"
 
@@ -246,12 +245,12 @@ uint64_t log_prob_row_offset(int32_t n_ctx, int32_t n_vocab, int32_t n_chunk, in
 LogitsFileWriter::LogitsFileWriter(const std::string& path, int32_t n_ctx, int32_t n_vocab, int32_t n_chunk,
                                    std::span<const int32_t> tokens)
     : path_(path),
-      part_path_(path + ".part"),
-      out_(part_path_, std::ios::binary | std::ios::trunc),
+      part_(path),
+      out_(part_.path(), std::ios::binary | std::ios::trunc),
       n_ctx_(n_ctx),
       n_vocab_(n_vocab),
       n_chunk_(n_chunk) {
-  if (!out_) throw Error(str_cat(part_path_, ": cannot open for writing"));
+  if (!out_) throw Error(str_cat(part_.path(), ": cannot open for writing"));
   if (tokens.size() != static_cast<size_t>(n_chunk) * static_cast<size_t>(n_ctx))
     throw Error(str_cat(path, ": ", tokens.size(), " tokens for ", n_chunk, " windows of ", n_ctx));
   out_.write(kMagic, sizeof kMagic);
@@ -269,21 +268,11 @@ void LogitsFileWriter::write_row(int32_t window, int32_t index, std::span<const 
   if (!out_) throw Error(str_cat(path_, ": write failed (disk full?)"));
 }
 
-LogitsFileWriter::~LogitsFileWriter() {
-  if (closed_) return;
-  out_.close();
-  std::error_code ec;
-  std::filesystem::remove(part_path_, ec);
-}
-
 void LogitsFileWriter::close() {
   out_.flush();
-  if (!out_) throw Error(str_cat(part_path_, ": write failed (disk full?)"));
+  if (!out_) throw Error(str_cat(part_.path(), ": write failed (disk full?)"));
   out_.close();
-  std::error_code ec;
-  std::filesystem::rename(part_path_, path_, ec);
-  if (ec) throw Error(str_cat(path_, ": cannot rename ", part_path_, " to it (", ec.message(), ")"));
-  closed_ = true;
+  part_.commit();
 }
 
 LogitsFileReader::LogitsFileReader(const std::string& path) : path_(path), in_(path, std::ios::binary) {

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "core/part_file.h"
+
 namespace ridge::quant {
 
 struct PerplexityWindows {
@@ -106,14 +108,13 @@ class KldStats {
 // index) at their place in the file, so windows computed side by side need no buffering.
 uint64_t log_prob_row_offset(int32_t n_ctx, int32_t n_vocab, int32_t n_chunk, int32_t window, int32_t index);
 
-// Writes to PATH.part and renames it to PATH at close(): a run that fails leaves no
-// partial file (the destructor removes PATH.part unless close() succeeded).
+// Writes to a PartFile beside PATH and renames it to PATH at close(): a run that fails
+// leaves no partial file (the destructor removes it unless close() succeeded).
 class LogitsFileWriter {
  public:
   // Throws ridge::Error naming the path when it cannot be written.
   LogitsFileWriter(const std::string& path, int32_t n_ctx, int32_t n_vocab, int32_t n_chunk,
                    std::span<const int32_t> tokens);
-  ~LogitsFileWriter();
   LogitsFileWriter(const LogitsFileWriter&) = delete;
   LogitsFileWriter& operator=(const LogitsFileWriter&) = delete;
   // index: the scored position minus n_ctx / 2.
@@ -121,8 +122,8 @@ class LogitsFileWriter {
   void close();  // flushes and renames; throws on a write error
 
  private:
-  std::string path_, part_path_;
-  bool closed_ = false;
+  std::string path_;
+  PartFile part_;  // declared before out_, so out_ is closed before the file is removed
   std::ofstream out_;
   int32_t n_ctx_ = 0, n_vocab_ = 0, n_chunk_ = 0;
 };

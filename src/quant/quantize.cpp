@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "core/error.h"
+#include "core/part_file.h"
 #include "core/quant.h"
 #include "core/quant_weighted.h"
 #include "core/thread_pool.h"
@@ -19,17 +20,6 @@ std::string shape(const gguf::TensorInfo& t) {
   for (int d = 0; d < t.n_dims; ++d) s += str_cat(d ? ", " : "", t.ne[d]);
   return s + "]";
 }
-
-// Removes OUT.part unless the run got as far as renaming it.
-struct PartFile {
-  std::string path;
-  bool keep = false;
-  ~PartFile() {
-    if (keep) return;
-    std::error_code ec;
-    std::filesystem::remove(path, ec);
-  }
-};
 
 }  // namespace
 
@@ -139,11 +129,13 @@ QuantizeReport quantize_model(const QuantizeOptions& o, const std::function<void
                      dtype_name(choice.type), choice.fallback_note.empty() ? "" : " (fallback)", "\n"));
   }
 
-  PartFile part{o.output + ".part"};
-  out.write(part.path);
-  fs::rename(part.path, o.output, ec);
-  if (ec) throw Error(str_cat("quantize: cannot rename ", part.path, " to ", o.output, " (", ec.message(), ")"));
-  part.keep = true;
+  PartFile part(o.output);
+  out.write(part.path());
+  try {
+    part.commit();
+  } catch (const Error& e) {
+    throw Error(str_cat("quantize: ", e.what()));
+  }
   return report;
 }
 

@@ -2,7 +2,8 @@
 // matrix is dequantized to f32 and quantized to the type the recipe picks (quant/recipe.h)
 // with a MatrixQuantizer: the format's reference round-to-nearest quantizer by default, or
 // what GPTQ/AWQ or an importance matrix (quant/imatrix.h) put in its place. Metadata is carried over (general.file_type set to the
-// target); the output is written to OUT.part and renamed, so a failed run leaves no file.
+// target); the output is written to a part file beside OUT (core/part_file.h) and renamed,
+// so a failed run leaves no file and concurrent runs to one OUT each write a whole file.
 //
 //   QuantizeOptions o{.input = "f16.gguf", .output = "q4.gguf", .target = parse_quant_target("Q4_K_M")};
 //   QuantizeReport r = quantize_model(o, [](const std::string& line) { std::fputs(line.c_str(), stderr); });

@@ -147,6 +147,21 @@ def test_bad_input_is_refused_and_leaves_no_file(model, tmp_path):
     truncated.write_bytes(model.read_bytes()[:5000])
     out = tmp_path / "out.gguf"
     expect_error("quantize", truncated, out, "Q8_0", phrase=str(truncated))
-    assert not out.exists() and not Path(str(out) + ".part").exists()
+    assert not list(tmp_path.glob("out.gguf*"))  # nor any of its part files
     # A directory that cannot take the output: nothing is left behind.
     expect_error("quantize", STORIES, tmp_path / "no-such-dir" / "out.gguf", "Q8_0", phrase="no-such-dir")
+
+
+def test_concurrent_runs_to_one_output_each_write_a_whole_file(model, tmp_path):
+    # Each run writes its own part file beside OUT and renames it: every run succeeds and
+    # OUT is one whole output, never two runs' bytes interleaved in a shared part file.
+    solo = tmp_path / "solo.gguf"
+    run("quantize", model, solo, "Q4_K_M")
+    out = tmp_path / "out.gguf"
+    procs = [subprocess.Popen([str(RIDGE), "quantize", str(model), str(out), "Q4_K_M"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE) for _ in range(4)]
+    for p in procs:
+        _, err = p.communicate(timeout=600)
+        assert p.returncode == 0, err.decode(errors="replace")
+    assert out.read_bytes() == solo.read_bytes()
+    assert sorted(f.name for f in tmp_path.iterdir()) == ["out.gguf", "solo.gguf"]
