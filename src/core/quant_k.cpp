@@ -18,13 +18,16 @@ void dequantize_row_q2_k(const void* src, float* dst, int64_t n) {
     const BlockQ2_K& block = blocks[b];
     const float d = fp16_to_fp32(block.d);
     const float dmin = fp16_to_fp32(block.dmin);
-    for (int e = 0; e < kQK_K; ++e) {
-      const int half = e / 128, lane = e % 32, shift = 2 * ((e % 128) / 32);
-      const uint8_t scale_min = block.scales[e / 16];
+    float* y = dst + b * kQK_K;
+    for (int g = 0; g < 16; ++g) {
+      // Group g: elements 16g..16g+15 = 128h + 32k + l with h = g/8, k = (g%8)/2 and
+      // l from 16(g%2): bit pair k of qs[32h + l], scale and min from scales[g].
+      const int half = g / 8, shift = 2 * ((g % 8) / 2);
+      const uint8_t scale_min = block.scales[g];
       const float dl = d * static_cast<float>(scale_min & 0xf);
       const float ml = dmin * static_cast<float>(scale_min >> 4);
-      const int q = (block.qs[32 * half + lane] >> shift) & 3;
-      dst[b * kQK_K + e] = dl * static_cast<float>(q) - ml;
+      const uint8_t* qs = block.qs + 32 * half + 16 * (g % 2);
+      for (int i = 0; i < 16; ++i) y[16 * g + i] = dl * static_cast<float>((qs[i] >> shift) & 3) - ml;
     }
   }
 }
@@ -41,12 +44,18 @@ void dequantize_row_q3_k(const void* src, float* dst, int64_t n) {
       const int high = (block.scales[8 + g % 4] >> (2 * (g / 4))) & 3;
       scales[g] = (low | (high << 4)) - 32;
     }
-    for (int e = 0; e < kQK_K; ++e) {
-      const int half = e / 128, lane = e % 32, shift = 2 * ((e % 128) / 32);
-      const float dl = d * static_cast<float>(scales[e / 16]);
-      const int low = (block.qs[32 * half + lane] >> shift) & 3;
-      const bool high = (block.hmask[lane] >> (e / 32)) & 1;
-      dst[b * kQK_K + e] = dl * static_cast<float>(low - (high ? 0 : 4));
+    float* y = dst + b * kQK_K;
+    for (int g = 0; g < 16; ++g) {
+      // Group g as in Q2_K; the high bit of element 32j + l (j = g/2) is bit j of hmask[l].
+      const int half = g / 8, shift = 2 * ((g % 8) / 2), lane0 = 16 * (g % 2);
+      const float dl = d * static_cast<float>(scales[g]);
+      const uint8_t* qs = block.qs + 32 * half + lane0;
+      const uint8_t* hmask = block.hmask + lane0;
+      for (int i = 0; i < 16; ++i) {
+        const int low = (qs[i] >> shift) & 3;
+        const bool high = (hmask[i] >> (g / 2)) & 1;
+        y[16 * g + i] = dl * static_cast<float>(low - (high ? 0 : 4));
+      }
     }
   }
 }
@@ -99,15 +108,19 @@ void dequantize_row_q6_k(const void* src, float* dst, int64_t n) {
   for (int64_t b = 0; b < n / kQK_K; ++b) {
     const BlockQ6_K& block = blocks[b];
     const float d = fp16_to_fp32(block.d);
-    for (int e = 0; e < kQK_K; ++e) {
-      // Element 128h + 32k + l: quarter k picks the ql byte (l or l+32) and nibble (k/2),
-      // and bit pair k of qh.
-      const int half = e / 128, quarter = (e % 128) / 32, lane = e % 32;
-      const uint8_t low_byte = block.ql[64 * half + lane + 32 * (quarter % 2)];
-      const int low = (low_byte >> (4 * (quarter / 2))) & 0xf;
-      const int high = (block.qh[32 * half + lane] >> (2 * quarter)) & 3;
-      const int q = (low | (high << 4)) - 32;
-      dst[b * kQK_K + e] = d * static_cast<float>(block.scales[e / 16]) * static_cast<float>(q);
+    float* y = dst + b * kQK_K;
+    for (int g = 0; g < 16; ++g) {
+      // Group g: elements 128h + 32k + l with h = g/8, k = (g%8)/2 and l from 16(g%2).
+      // Quarter k picks the ql byte (l or l+32) and nibble (k/2), and bit pair k of qh.
+      const int half = g / 8, quarter = (g % 8) / 2, lane0 = 16 * (g % 2);
+      const float dl = d * static_cast<float>(block.scales[g]);
+      const uint8_t* ql = block.ql + 64 * half + 32 * (quarter % 2) + lane0;
+      const uint8_t* qh = block.qh + 32 * half + lane0;
+      const int low_shift = 4 * (quarter / 2), high_shift = 2 * quarter;
+      for (int i = 0; i < 16; ++i) {
+        const int q = (((ql[i] >> low_shift) & 0xf) | (((qh[i] >> high_shift) & 3) << 4)) - 32;
+        y[16 * g + i] = dl * static_cast<float>(q);
+      }
     }
   }
 }
