@@ -1,6 +1,7 @@
 // Kernel throughput. Decode GEMV (one token) in GB/s of weights streamed from DRAM, per
 // weight type and thread count; GEMM at 64 tokens in GFLOP/s (2 * n_in * n_out * tokens
-// per call); the scalar references for scale; and paged attention at a 4k-token context.
+// per call); the scalar references for scale; the dequantizers (to_float) in elements/s;
+// and paged attention at a 4k-token context.
 // `ridge bench` (or `ridge roofline --device this`) measures the read bandwidth the Gemv
 // figures approach.
 //
@@ -125,6 +126,25 @@ void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
 }
 
+// A type's to_float (the trait table's dequantizer, which --matmul float and types without
+// a kernel run on every row of every step) over 256 rows of 4096 elements, one thread, in
+// elements/s. The rows stay in L2, so this is the conversion's own rate.
+void BM_Dequantize(benchmark::State& state, DType type) {
+  const int64_t n_in = 4096, n_rows = 256;
+  const MatrixSet m = make_matrices(type, n_in, n_rows, /*stream=*/false);
+  const ToFloatFn to_float = type_traits(type).to_float;
+  const size_t row_bytes = row_size(type, n_in);
+  std::vector<float> out(static_cast<size_t>(n_in));
+  for (auto _ : state) {
+    for (int64_t r = 0; r < n_rows; ++r) {
+      to_float(m.all.data() + static_cast<size_t>(r) * row_bytes, out.data(), n_in);
+      benchmark::DoNotOptimize(out.data());
+    }
+  }
+  state.counters["elements/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n_in * n_rows,
+                                                 benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
                         DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
 
@@ -139,6 +159,11 @@ void register_matmul() {
         ->Arg(4)
         ->Arg(8)
         ->ArgName("n_tokens")
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  for (DType type : {DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q2_K, DType::Q3_K, DType::Q4_K,
+                     DType::Q5_K, DType::Q6_K})
+    benchmark::RegisterBenchmark(("Dequantize/" + std::string(dtype_name(type))).c_str(), BM_Dequantize, type)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   const bool avx2 = best_isa() != Isa::kScalar;
