@@ -15,6 +15,7 @@
 #include <random>
 #include <thread>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -166,6 +167,22 @@ void register_matmul() {
     benchmark::RegisterBenchmark(("Dequantize/" + std::string(dtype_name(type))).c_str(), BM_Dequantize, type)
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
+  // Qwen2.5-Coder 1.5B (Q4_K_M) decode: rows of 1536 inputs, six 256-element blocks.
+  // ffn_gate/ffn_up (8960 rows, Q4_K) and the output projection (151936 rows, Q6_K, 18%
+  // of the bytes a step reads): short rows, where a decode tile's row length, not the
+  // square 4096x4096 case, decides how well the weights stream.
+  for (const auto& [type, n_out] : {std::pair{DType::Q4_K, int64_t{8960}}, std::pair{DType::Q6_K, int64_t{151936}}})
+    for (int threads : {1, hw}) {
+      benchmark::RegisterBenchmark(("Gemv/" + std::string(dtype_name(type)) + "_1536x" + std::to_string(n_out) +
+                                    "/threads:" + std::to_string(threads))
+                                       .c_str(),
+                                   BM_Gemv, type, threads, best_isa(), 1536, n_out)
+          ->Arg(1)
+          ->ArgName("n_tokens")
+          ->UseRealTime()
+          ->Unit(benchmark::kMicrosecond);
+      if (hw == 1) break;
+    }
   const bool avx2 = best_isa() != Isa::kScalar;
   for (DType type : kTypes) {
     const std::string t(dtype_name(type));
