@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "core/quant_blocks.h"
 #include "kernels/avx2_math.h"
@@ -233,6 +234,37 @@ inline __m256i sum_lanes8(const __m256i (&p)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
+// Whether two blocks' maddubs products can share one madd: weights of at most 5 unsigned
+// bits (Q4_0, Q5_0, Q4_1, Q5_1) against activations in [-127, 127] give int16 pair sums
+// of at most 2 * 31 * 127, so hadd_epi16 of two blocks' products still fits in int16.
+// Q8_0's |w| reaches 128 and would overflow; vpdpbusd has no madd to save.
+template <class Decode, class Dot>
+inline constexpr bool kPairedMadd = std::is_same_v<Dot, DotMaddubs> && (Decode::kShift > 0 || Decode::kMin);
+
+// The exact dots of 8 (weight block, activation block) pairs as one vector, lane k the
+// dot of pair k: block_dot per pair and sum_lanes8, or, where kPairedMadd holds, the
+// maddubs products of pairs 2j and 2j + 1 added pairwise (hadd_epi16) and widened by one
+// madd for both. The integers are the same either way; the paired form issues 4 of the
+// 8 madds, which matters where the vector multiplier is the bottleneck (AVX2 prefill
+// and decode on Zen 3 issue one integer multiply per cycle).
+template <class Decode, class Dot>
+inline __m256i block_dots8(const __m256i (&w)[8], const __m256i (&y)[8]) {
+  if constexpr (kPairedMadd<Decode, Dot>) {
+    const __m256i ones = _mm256_set1_epi16(1);
+    __m256i q[4];  // per 128-bit lane: [2j, 2j, 2j + 1, 2j + 1] partial sums
+    for (int j = 0; j < 4; ++j)
+      q[j] = _mm256_madd_epi16(
+          _mm256_hadd_epi16(_mm256_maddubs_epi16(w[2 * j], y[2 * j]), _mm256_maddubs_epi16(w[2 * j + 1], y[2 * j + 1])),
+          ones);
+    const __m256i h0 = _mm256_hadd_epi32(q[0], q[1]), h1 = _mm256_hadd_epi32(q[2], q[3]);  // pairs 0..3, 4..7
+    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+  } else {
+    __m256i p[8];
+    for (int k = 0; k < 8; ++k) p[k] = block_dot<Decode, Dot>(w[k], y[k]);
+    return sum_lanes8(p);
+  }
+}
+
 // Exact block dots from the raw ones: subtract 2^kShift * (activation block sum).
 template <class Decode>
 inline __m256i offset(__m256i dots, __m256i sums) {
@@ -283,12 +315,15 @@ struct TileQ8Family {
     int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {  // whole groups of 8 blocks: no branches, all in registers
       const uint8_t* blk = w + b0 * Decode::kBytes;
-      __m256i p[8];
-      for (int k = 0; k < 8; ++k)
-        p[k] = block_dot<Decode, Dot>(Decode::load(blk + k * Decode::kBytes), load256(yq + 32 * (b0 + k)));
+      __m256i wq[8], y[8];
+      for (int k = 0; k < 8; ++k) {
+        wq[k] = Decode::load(blk + k * Decode::kBytes);
+        y[k] = load256(yq + 32 * (b0 + k));
+      }
       const __m256 dy = _mm256_loadu_ps(yd + b0);
       const __m256 c = _mm256_mul_ps(f16_blocks8(blk, Decode::kBytes, 0), dy);
-      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(sum_lanes8(p), load256(ys + b0))), c, acc);
+      acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(block_dots8<Decode, Dot>(wq, y), load256(ys + b0))), c,
+                            acc);
       if constexpr (Decode::kMin)
         acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(load256(ys + b0)),
                               _mm256_mul_ps(f16_blocks8(blk, Decode::kBytes, 2), dy), acc);
@@ -337,15 +372,17 @@ struct TileQ8Family {
         if (b >= nb) break;
         const uint8_t* blk = w + b * Decode::kBytes;
         _mm_prefetch(reinterpret_cast<const char*>(blk + 512), _MM_HINT_T0);
-        const __m256i wq = Decode::load(blk);
-        __m256i p[8];
-        for (int t = 0; t < 8; ++t)
-          p[t] = t < T ? block_dot<Decode, Dot>(wq, load256(yq[t] + 32 * b)) : _mm256_setzero_si256();
+        __m256i wq[8], y[8];
+        wq[0] = Decode::load(blk);
+        for (int t = 0; t < 8; ++t) {
+          wq[t] = wq[0];
+          y[t] = t < T ? load256(yq[t] + 32 * b) : _mm256_setzero_si256();
+        }
         // Lanes past T hold the next tokens' (or padding) scales; their results are dropped.
         const __m256 dy = _mm256_loadu_ps(a.scales_t + b * a.scales_t_stride + t0);
         const __m256i sy = load256(a.sums_t + b * a.scales_t_stride + t0);
         const __m256 c = _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(f16_bits(blk))), dy);
-        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(sum_lanes8(p), sy)), c, acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(offset<Decode>(block_dots8<Decode, Dot>(wq, y), sy)), c, acc[j]);
         if constexpr (Decode::kMin)
           acc[j] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(sy), _mm256_mul_ps(_mm256_set1_ps(_cvtsh_ss(f16_bits(blk + 2))), dy),
                                    acc[j]);
