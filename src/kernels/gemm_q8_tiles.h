@@ -234,30 +234,33 @@ inline __m256i sum_lanes8(const __m256i (&p)[8]) {
   return _mm256_add_epi32(_mm256_permute2x128_si256(q0, q1, 0x20), _mm256_permute2x128_si256(q0, q1, 0x31));
 }
 
-// Whether two blocks' maddubs products can share one madd: weights of at most 5 unsigned
-// bits (Q4_0, Q5_0, Q4_1, Q5_1) against activations in [-127, 127] give int16 pair sums
-// of at most 2 * 31 * 127, so hadd_epi16 of two blocks' products still fits in int16.
-// Q8_0's |w| reaches 128 and would overflow; vpdpbusd has no madd to save.
+// Whether block dots can be added in int16 before one madd widens them: weights of at
+// most 5 unsigned bits (Q4_0, Q5_0, Q4_1, Q5_1) against activations in [-127, 127] give
+// maddubs pair sums of at most 2 * 31 * 127 = 7874, so four of them (two hadd_epi16
+// levels) stay within 31496 < 2^15. Q8_0's |w| reaches 128 and would overflow;
+// vpdpbusd has no madd to save.
 template <class Decode, class Dot>
 inline constexpr bool kPairedMadd = std::is_same_v<Dot, DotMaddubs> && (Decode::kShift > 0 || Decode::kMin);
 
 // The exact dots of 8 (weight block, activation block) pairs as one vector, lane k the
 // dot of pair k: block_dot per pair and sum_lanes8, or, where kPairedMadd holds, the
-// maddubs products of pairs 2j and 2j + 1 added pairwise (hadd_epi16) and widened by one
-// madd for both. The integers are the same either way; the paired form issues 4 of the
-// 8 madds, which matters where the vector multiplier is the bottleneck (AVX2 prefill
-// and decode on Zen 3 issue one integer multiply per cycle).
+// maddubs products summed pairwise twice in int16 (hadd_epi16: per 128-bit lane, 2
+// words for each of 4 pairs) and widened by one madd per 4 pairs. The integers are the
+// same either way; the int16 form issues 2 of the 8 madds and the same number of
+// shuffles, which matters where the vector multiplier is the bottleneck (AVX2 on Zen 3
+// issues one integer multiply a cycle).
 template <class Decode, class Dot>
 inline __m256i block_dots8(const __m256i (&w)[8], const __m256i (&y)[8]) {
   if constexpr (kPairedMadd<Decode, Dot>) {
+    __m256i m[8];
+    for (int k = 0; k < 8; ++k) m[k] = _mm256_maddubs_epi16(w[k], y[k]);
     const __m256i ones = _mm256_set1_epi16(1);
-    __m256i q[4];  // per 128-bit lane: [2j, 2j, 2j + 1, 2j + 1] partial sums
-    for (int j = 0; j < 4; ++j)
-      q[j] = _mm256_madd_epi16(
-          _mm256_hadd_epi16(_mm256_maddubs_epi16(w[2 * j], y[2 * j]), _mm256_maddubs_epi16(w[2 * j + 1], y[2 * j + 1])),
-          ones);
-    const __m256i h0 = _mm256_hadd_epi32(q[0], q[1]), h1 = _mm256_hadd_epi32(q[2], q[3]);  // pairs 0..3, 4..7
-    return _mm256_add_epi32(_mm256_permute2x128_si256(h0, h1, 0x20), _mm256_permute2x128_si256(h0, h1, 0x31));
+    const auto four = [&](int k) {  // per 128-bit lane: [k, k + 1, k + 2, k + 3] partial sums
+      return _mm256_madd_epi16(
+          _mm256_hadd_epi16(_mm256_hadd_epi16(m[k], m[k + 1]), _mm256_hadd_epi16(m[k + 2], m[k + 3])), ones);
+    };
+    const __m256i lo = four(0), hi = four(4);
+    return _mm256_add_epi32(_mm256_permute2x128_si256(lo, hi, 0x20), _mm256_permute2x128_si256(lo, hi, 0x31));
   } else {
     __m256i p[8];
     for (int k = 0; k < 8; ++k) p[k] = block_dot<Decode, Dot>(w[k], y[k]);
