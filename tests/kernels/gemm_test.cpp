@@ -272,6 +272,41 @@ TEST_P(GemmTableEntry, MatchesScalarReference) {
   }
 }
 
+// Every weight and every activation at its largest magnitude, all of one sign: the
+// widest integer sums the kernels meet. The AVX2 4/5-bit tiles add four blocks' maddubs
+// products in int16 before widening (2 * 31 * 127 per pair, 31496 for four), and any
+// tile that added more, or saturated, would be off by thousands here, where random
+// weights and mixed-sign activations stay far from the limit.
+TEST_P(GemmTableEntry, LargestMagnitudesOfOneSignMatchScalarReference) {
+  const auto [isa, type] = GetParam();
+  SKIP_UNLESS_CPU_SUPPORTS(isa);
+  const TypeTraits& traits = type_traits(type);
+  if (traits.row_header != 0 || traits.block_size == 1) GTEST_SKIP() << "not a block-quantized type";
+  const GemmKernel* fast = gemm_kernel(type, isa);
+  const GemmKernel* slow = gemm_kernel(type, Isa::kScalar);
+  ASSERT_NE(fast, nullptr);
+  ASSERT_NE(slow, nullptr);
+  const int64_t n = width_for(type), n_rows = 17, ldy = n_rows;
+  const size_t w_stride = row_size(type, n);
+  // 0xff: every nibble 15 and every high bit set (q = 31 for Q5_0/Q5_1, scales 63 for
+  // the K-quants); Q8_0's largest magnitude is -128.
+  std::vector<uint8_t> w(w_stride * n_rows, type == DType::Q8_0 ? 0x80 : 0xff);
+  testing::make_extreme(type, w);  // only sets every block's d (and min) to 0.01
+  const size_t stride = act_row_bytes(fast->act, n);
+  for (float sign : {1.0f, -1.0f}) {
+    for (int64_t n_tokens : {1, 8, 9}) {
+      const std::vector<float> x(static_cast<size_t>(n * n_tokens), sign);  // every q at +-127
+      std::vector<uint8_t> act(stride * n_tokens);
+      for (int64_t t = 0; t < n_tokens; ++t) slow->quantize(x.data() + t * n, act.data() + t * stride, n);
+      const auto want = run_gemm(slow->gemm, slow->act, w, w_stride, act, stride, n, n_rows, n_tokens, ldy);
+      const auto got = run_gemm(fast->gemm, fast->act, w, w_stride, act, stride, n, n_rows, n_tokens, ldy);
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-4)
+            << "sign " << sign << " tokens " << n_tokens << " output " << i << " (runs " << isa_name(fast->isa) << ")";
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(IsasAndTypes, GemmTableEntry, ::testing::ValuesIn(entry_cases()), [](const auto& info) {
   return std::string(isa_name(info.param.isa)) + "_" + std::string(dtype_name(info.param.type));
 });
