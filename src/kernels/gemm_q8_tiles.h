@@ -240,10 +240,10 @@ inline __m256i sum_lanes8(const __m256i (&p)[8]) {
 // levels) stay within 31496 < 2^15. Q8_0's |w| reaches 128 and would overflow;
 // vpdpbusd has no madd to save.
 template <class Decode, class Dot>
-inline constexpr bool kPairedMadd = std::is_same_v<Dot, DotMaddubs> && (Decode::kShift > 0 || Decode::kMin);
+inline constexpr bool kInt16BlockSums = std::is_same_v<Dot, DotMaddubs> && (Decode::kShift > 0 || Decode::kMin);
 
 // The exact dots of 8 (weight block, activation block) pairs as one vector, lane k the
-// dot of pair k: block_dot per pair and sum_lanes8, or, where kPairedMadd holds, the
+// dot of pair k: block_dot per pair and sum_lanes8, or, where kInt16BlockSums holds, the
 // maddubs products summed pairwise twice in int16 (hadd_epi16: per 128-bit lane, 2
 // words for each of 4 pairs) and widened by one madd per 4 pairs. The integers are the
 // same either way; the int16 form issues 2 of the 8 madds and the same number of
@@ -251,7 +251,7 @@ inline constexpr bool kPairedMadd = std::is_same_v<Dot, DotMaddubs> && (Decode::
 // issues one integer multiply a cycle).
 template <class Decode, class Dot>
 inline __m256i block_dots8(const __m256i (&w)[8], const __m256i (&y)[8]) {
-  if constexpr (kPairedMadd<Decode, Dot>) {
+  if constexpr (kInt16BlockSums<Decode, Dot>) {
     __m256i m[8];
     for (int k = 0; k < 8; ++k) m[k] = _mm256_maddubs_epi16(w[k], y[k]);
     const __m256i ones = _mm256_set1_epi16(1);
@@ -288,7 +288,8 @@ inline __m256 tree_sum8(const __m256 (&a)[8]) {
 // acc_j = fma(sum_y(b), m_w(b) * d_y(b), acc_j)), and the 8 acc_j summed as tree_sum8 does. Decode (one token) holds acc_j in lane j and handles 8 blocks per
 // step; batches hold tokens in lanes (8 at once) with one vector per j. Both compute
 // exactly that, so the bits do not depend on the batch. Per (block, token) the cost is
-// sign, maddubs, madd and about one add of the lane-sum tree; the float work is per 8.
+// a maddubs (Q8_0: with sign and abs) and about one op of the lane-sum tree, plus a madd
+// (a quarter of one for the 4/5-bit types: block_dots8); the float work is per 8.
 template <class Decode, class Dot>
 struct TileQ8Family {
   static constexpr int kRows = 1, kTokens = 8, kDecodeRows = 1;
@@ -375,10 +376,10 @@ struct TileQ8Family {
         if (b >= nb) break;
         const uint8_t* blk = w + b * Decode::kBytes;
         _mm_prefetch(reinterpret_cast<const char*>(blk + 512), _MM_HINT_T0);
-        __m256i wq[8], y[8];
-        wq[0] = Decode::load(blk);
+        const __m256i wb = Decode::load(blk);
+        __m256i wq[8], y[8];  // one weight block against 8 tokens (zero past T)
         for (int t = 0; t < 8; ++t) {
-          wq[t] = wq[0];
+          wq[t] = wb;
           y[t] = t < T ? load256(yq[t] + 32 * b) : _mm256_setzero_si256();
         }
         // Lanes past T hold the next tokens' (or padding) scales; their results are dropped.
