@@ -135,8 +135,18 @@ def test_weighted_fit_is_numpys_and_beats_the_reference_fit(tmp_path):
     w, x = layer()
     ridge_q = ridge_gptq(tmp_path, w, x, QT.Q4_0)  # the default: the weighted fit
     numpy_q = numpy_gptq(w, x, QT.Q4_0, weighted=True)
-    same = np.mean(ridge_q == numpy_q.astype(np.float32))
-    assert same > 0.99, f"only {same:.3%} of the values agree"
+    # The weighted search picks each block's scale by comparing candidates' weighted
+    # errors; where two nearly tie, BLAS's summation order (it differs between CPUs: on
+    # AMD Zen 3, 2 of these 32 rows) can flip the pick, and error feedback carries the
+    # difference to the rest of the row. So: most rows equal to numpy's bit for bit, a
+    # differing row equal up to the start of a block, and the same output error.
+    same = ridge_q == numpy_q.astype(np.float32)
+    differing = [r for r in range(ROWS) if not same[r].all()]
+    assert len(differing) <= ROWS // 8, f"{len(differing)} of {ROWS} rows differ from numpy's"
+    for r in differing:
+        first = int(np.argmin(same[r]))
+        assert first % 32 == 0, f"row {r} first differs at column {first}, inside a block"
+    assert output_error(w, ridge_q, x) == pytest.approx(output_error(w, numpy_q, x), rel=0.02)
     e_weighted = output_error(w, ridge_q, x)
     e_reference = output_error(w, numpy_gptq(w, x, QT.Q4_0), x)
     assert e_weighted < 0.95 * e_reference, (e_weighted, e_reference)
