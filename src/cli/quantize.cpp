@@ -40,6 +40,8 @@ struct QuantizeCliOptions {
   float awq_alpha = -1.0f;
   int32_t awq_sample_tokens = 256;
   bool awq_weighted_fit = false;
+  bool awq_duo_scaling = false;
+  int32_t awq_grid = quant::AwqOptions{}.grid;
   std::string imatrix;
   std::string token_embedding_type, output_tensor_type;
   bool reference_fit = false;
@@ -115,6 +117,10 @@ void quantize(const QuantizeCliOptions& opt) {
   o.threads = opt.threads;
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
+  const bool awq_search_flags = opt.awq_duo_scaling || opt.awq_grid != quant::AwqOptions{}.grid;
+  if (awq_search_flags && opt.method != "awq" && opt.method != "awq-gptq")
+    throw Error(str_cat(opt.awq_duo_scaling ? "--awq-duo-scaling" : "--awq-grid",
+                        " applies to --method awq and awq-gptq, not ", opt.method));
   if (opt.awq_weighted_fit && opt.method != "awq")
     throw Error("--awq-weighted-fit applies to --method awq (awq-gptq rounds by GPTQ, whose fit is already weighted)");
   o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
@@ -131,6 +137,7 @@ void quantize(const QuantizeCliOptions& opt) {
   quant::QuantizedMatrices gptq;
   if (opt.method != "rtn") {
     if (opt.calib.empty()) throw Error(str_cat("--method ", opt.method, " needs calibration text: --calib FILE"));
+    if (opt.awq_grid < 1) throw Error(str_cat("--awq-grid must be >= 1, got ", opt.awq_grid));
     if (opt.awq_sample_tokens < 1)
       throw Error(str_cat("--awq-sample-tokens must be >= 1, got ", opt.awq_sample_tokens));
     if (opt.calib_windows < 1 || opt.calib_ctx < 16)
@@ -151,6 +158,8 @@ void quantize(const QuantizeCliOptions& opt) {
       a.fixed_alpha = opt.awq_alpha;
       a.sample_tokens = opt.awq_sample_tokens;
       a.weighted_fit = opt.awq_weighted_fit;
+      a.duo_scaling = opt.awq_duo_scaling;
+      a.grid = opt.awq_grid;
       awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
       o.overrides = &awq.tensors;
       if (a.weighted_fit)
@@ -222,6 +231,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--awq-weighted-fit", opt->awq_weighted_fit,
                "AWQ: round the scaled matrices with the format's importance-weighted search (their inputs' mean "
                "square), in the search and in the output");
+  cmd->add_flag("--awq-duo-scaling", opt->awq_duo_scaling,
+               "AWQ: scales mean|x|^alpha / mean|w|^(1 - alpha), each weight over its block's absmax (AutoAWQ's "
+               "default), instead of mean|x|^alpha");
+  cmd->add_option("--awq-grid", opt->awq_grid, "AWQ: alphas searched, 0, 1/N, ..., (N - 1)/N")->capture_default_str();
   cmd->add_option("--imatrix", opt->imatrix,
                   "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "
                   "quantizers of Q4_0, Q4_1, Q5_0, Q5_1, Q4_K, Q5_K, Q6_K by");

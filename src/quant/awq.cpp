@@ -107,9 +107,33 @@ double group_error(const std::vector<Matrix>& group, const std::vector<float>& s
   return err;
 }
 
+// Per column, the mean over the group's rows of |w| / (its block's absmax), blocks of 32
+// values along the row (AutoAWQ's w_mean for duo scaling, with GGUF's block length).
+std::vector<float> weight_column_means(const std::vector<Matrix>& group, int64_t n_in) {
+  constexpr int64_t kBlock = 32;
+  std::vector<double> sum(static_cast<size_t>(n_in), 0.0);
+  int64_t n_rows = 0;
+  for (const Matrix& g : group) {
+    for (int64_t r = 0; r < g.rows; ++r) {
+      const float* row = g.w->data() + r * g.cols;
+      for (int64_t b0 = 0; b0 < g.cols; b0 += kBlock) {
+        const int64_t b1 = std::min(g.cols, b0 + kBlock);
+        float amax = 0;
+        for (int64_t c = b0; c < b1; ++c) amax = std::max(amax, std::fabs(row[c]));
+        for (int64_t c = b0; c < b1; ++c) sum[static_cast<size_t>(c)] += std::fabs(row[c]) / (amax + 1e-6f);
+      }
+    }
+    n_rows += g.rows;
+  }
+  std::vector<float> mean(sum.size());
+  for (size_t j = 0; j < sum.size(); ++j) mean[j] = static_cast<float>(sum[j] / static_cast<double>(n_rows));
+  return mean;
+}
+
 // The alpha (and its scales) with the least output error on the sample.
 float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, int32_t grid, float fixed_alpha,
-                    bool weighted_fit, std::vector<float>& best_s, double* err_plain, double* err_best) {
+                    bool weighted_fit, bool duo_scaling, std::vector<float>& best_s, double* err_plain,
+                    double* err_best) {
   const int64_t tokens = static_cast<int64_t>(site.sample.size()) / site.n_in;
   std::vector<std::vector<float>> reference;
   for (const Matrix& g : group) {
@@ -121,15 +145,23 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
   std::vector<float> mean(static_cast<size_t>(site.n_in));
   for (int32_t j = 0; j < site.n_in; ++j)
     mean[static_cast<size_t>(j)] = static_cast<float>(std::max(site.abs_sum[static_cast<size_t>(j)] / static_cast<double>(site.count), 1e-5));
+  const std::vector<float> w_mean = duo_scaling ? weight_column_means(group, site.n_in) : std::vector<float>{};
   float best_alpha = 0;
   *err_best = INFINITY;
   std::vector<float> s(static_cast<size_t>(site.n_in));
-  const int32_t n_candidates = fixed_alpha >= 0 ? 1 : grid;
+  // With duo scaling, candidate `grid` is s = 1 (plain rounding), which alpha = 0 is not.
+  const int32_t n_candidates = fixed_alpha >= 0 ? 1 : grid + (duo_scaling ? 1 : 0);
   for (int32_t k = 0; k < n_candidates; ++k) {
     const float alpha = fixed_alpha >= 0 ? fixed_alpha : static_cast<float>(k) / static_cast<float>(grid);
+    const bool plain = duo_scaling && k == grid;
     float lo = INFINITY, hi = 0;
     for (size_t j = 0; j < s.size(); ++j) {
-      s[j] = std::pow(mean[j], alpha);
+      if (plain)
+        s[j] = 1.0f;
+      else if (duo_scaling)
+        s[j] = std::max(std::pow(mean[j], alpha) / (std::pow(w_mean[j], 1.0f - alpha) + 1e-4f), 1e-4f);
+      else
+        s[j] = std::pow(mean[j], alpha);
       lo = std::min(lo, s[j]);
       hi = std::max(hi, s[j]);
     }
@@ -137,10 +169,10 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
     for (float& v : s) v *= norm;
     const std::vector<float> importance = weighted_fit ? scaled_importance(site, s) : std::vector<float>{};
     const double err = group_error(group, s, site, tokens, reference, weighted_fit ? importance.data() : nullptr);
-    if (k == 0) *err_plain = err;
+    if (duo_scaling ? plain : k == 0) *err_plain = err;
     if (err < *err_best) {
       *err_best = err;
-      best_alpha = alpha;
+      best_alpha = plain ? 0.0f : alpha;
       best_s = s;
     }
   }
@@ -187,7 +219,8 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       for (const char* kind : g.matrices) mats.push_back(matrix(il, kind));
       std::vector<float> s;
       double err_plain = 0, err_best = 0;
-      const float alpha = search_scales(mats, site, o.grid, o.fixed_alpha, o.weighted_fit, s, &err_plain, &err_best);
+      const float alpha =
+          search_scales(mats, site, o.grid, o.fixed_alpha, o.weighted_fit, o.duo_scaling, s, &err_plain, &err_best);
       result.alphas[mats[0].name] = alpha;
       if (o.weighted_fit) {
         const std::vector<float> importance = scaled_importance(site, s);

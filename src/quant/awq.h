@@ -13,6 +13,9 @@
 // and in the output (AwqResult::importance): AWQ followed by what an imatrix does. On
 // Qwen2.5-Coder 0.5B Q4_0 that turns AWQ's +8% KL divergence against round to nearest
 // into -8% (docs/quantization.md compares it with an imatrix alone).
+// With duo_scaling the scales are AutoAWQ's default instead, s_j = mean|x_j|^alpha /
+// mean(|w| / block absmax)_j^(1 - alpha), with s = 1 an extra candidate; with the weighted
+// fit that takes Qwen2.5-Coder 0.5B Q4_0 to -22% against round to nearest.
 // (AWQ's clipping search is not here: shrinking a GGUF block's range, scored by the same
 // output error or by the block's X^T X, lowered that error and raised the model's KL
 // divergence on Qwen2.5-Coder 0.5B Q4_0.)
@@ -46,6 +49,9 @@ struct AwqOptions {
                                 // scaled columns' mean x^2 as importance, as an imatrix
                                 // weighs them) in the search and in AwqResult::importance,
                                 // instead of its reference round to nearest
+  bool duo_scaling = false;     // s = mean|x|^alpha / mean|w~|^(1 - alpha) (AutoAWQ's default),
+                                // |w~| each weight over its block's absmax, averaged per column
+                                // over the group's rows; s = 1 stays a candidate
 };
 
 struct AwqResult {
