@@ -174,7 +174,7 @@ void quantize(const QuantizeCliOptions& opt) {
       for (const auto& [name, values] : awq.tensors) {  // GPTQ runs on the rescaled model
         const gguf::TensorInfo* t = model->file().find_tensor(name);
         if (t->n_dims == 1)
-          model->replace_norm(name, values.data());
+          model->replace_vector(name, values.data());
         else
           model->replace_matrix(name, DType::F32, reinterpret_cast<const uint8_t*>(values.data()));
       }

@@ -147,17 +147,20 @@ void Model::replace_matrix(const std::string& name, DType dtype, const uint8_t* 
   scratch_.reserve(pool_.n_threads(), kernels::matmul_scratch_floats(*w));
 }
 
-void Model::replace_norm(const std::string& name, const float* data) {
+void Model::replace_vector(const std::string& name, const float* data) {
   int layer = -1;
-  char kind[32] = {};
-  if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight", &layer, kind) != 2 || layer < 0 || layer >= config_.n_layer)
-    throw Error(str_cat("replace_norm: '", name, "' is not a layer norm of this model"));
+  char kind[40] = {};
+  if (std::sscanf(name.c_str(), "blk.%d.%39[a-z_.]", &layer, kind) != 2 || layer < 0 || layer >= config_.n_layer)
+    throw Error(str_cat("replace_vector: '", name, "' is not a layer norm or V bias of this model"));
   LayerWeights& l = weights_.layers[static_cast<size_t>(layer)];
   const std::string k = kind;
-  const float** norm = k == "attn_norm" ? &l.attn_norm : k == "ffn_norm" ? &l.ffn_norm : nullptr;
-  if (norm == nullptr || *norm == nullptr || data == nullptr)
-    throw Error(str_cat("replace_norm: '", name, "' is not a layer norm of this model"));
-  *norm = data;
+  const float** v = k == "attn_norm.weight" ? &l.attn_norm
+                    : k == "ffn_norm.weight" ? &l.ffn_norm
+                    : k == "attn_v.bias"     ? &l.bv
+                                             : nullptr;
+  if (v == nullptr || *v == nullptr || data == nullptr)
+    throw Error(str_cat("replace_vector: '", name, "' is not a layer norm or V bias of this model"));
+  *v = data;
 }
 
 double Model::weight_bytes_per_step() const {

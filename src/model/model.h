@@ -173,9 +173,10 @@ class Model {
   // now on: [n_out][row_size(dtype, n_in)] bytes the caller keeps alive. Throws ridge::Error
   // for an unknown name or a type matmul cannot use.
   void replace_matrix(const std::string& name, DType dtype, const uint8_t* data);
-  // Calibration: the named layer norm ("blk.3.attn_norm.weight", [n_embd] floats the caller
-  // keeps alive) reads these values from now on (AWQ folds its scales into them).
-  void replace_norm(const std::string& name, const float* data);
+  // Calibration: the named layer norm ("blk.3.attn_norm.weight", [n_embd] floats) or V bias
+  // ("blk.3.attn_v.bias", [n_kv_head * d_head]), kept alive by the caller, reads these
+  // values from now on (AWQ folds its scales into them).
+  void replace_vector(const std::string& name, const float* data);
 
  private:
   Model(gguf::File file, const ModelOptions& options);

@@ -130,10 +130,29 @@ std::vector<float> weight_column_means(const std::vector<Matrix>& group, int64_t
   return mean;
 }
 
+// Channels that must share one scale: the attention output's inputs read through one KV
+// head (n_rep query heads of d_head channels each), whose V row alone can take 1/s.
+struct Tie {
+  int64_t n_rep = 1, d_head = 0;
+};
+
+// Each channel's value replaced by the mean over the channels tied to it.
+void tie_channels(std::vector<float>& v, const Tie& tie) {
+  if (tie.n_rep <= 1) return;
+  const int64_t group = tie.n_rep * tie.d_head;
+  for (int64_t g0 = 0; g0 < static_cast<int64_t>(v.size()); g0 += group)
+    for (int64_t d = 0; d < tie.d_head; ++d) {
+      double sum = 0;
+      for (int64_t h = 0; h < tie.n_rep; ++h) sum += v[static_cast<size_t>(g0 + h * tie.d_head + d)];
+      for (int64_t h = 0; h < tie.n_rep; ++h)
+        v[static_cast<size_t>(g0 + h * tie.d_head + d)] = static_cast<float>(sum / static_cast<double>(tie.n_rep));
+    }
+}
+
 // The alpha (and its scales) with the least output error on the sample.
-float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, int32_t grid, float fixed_alpha,
-                    bool weighted_fit, bool duo_scaling, std::vector<float>& best_s, double* err_plain,
-                    double* err_best) {
+float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, const Tie& tie, int32_t grid,
+                    float fixed_alpha, bool weighted_fit, bool duo_scaling, std::vector<float>& best_s,
+                    double* err_plain, double* err_best) {
   const int64_t tokens = static_cast<int64_t>(site.sample.size()) / site.n_in;
   std::vector<std::vector<float>> reference;
   for (const Matrix& g : group) {
@@ -145,7 +164,9 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
   std::vector<float> mean(static_cast<size_t>(site.n_in));
   for (int32_t j = 0; j < site.n_in; ++j)
     mean[static_cast<size_t>(j)] = static_cast<float>(std::max(site.abs_sum[static_cast<size_t>(j)] / static_cast<double>(site.count), 1e-5));
-  const std::vector<float> w_mean = duo_scaling ? weight_column_means(group, site.n_in) : std::vector<float>{};
+  std::vector<float> w_mean = duo_scaling ? weight_column_means(group, site.n_in) : std::vector<float>{};
+  tie_channels(mean, tie);
+  tie_channels(w_mean, tie);
   float best_alpha = 0;
   *err_best = INFINITY;
   std::vector<float> s(static_cast<size_t>(site.n_in));
@@ -210,8 +231,10 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
     std::vector<Group> groups = {{MatmulSite::kQkv, {"attn_q", "attn_k", "attn_v"}},
                                  {MatmulSite::kGateUp, {"ffn_gate", "ffn_up"}},
                                  {MatmulSite::kDown, {"ffn_down"}}};
-    const bool mha = c.n_head == c.n_kv_head && file.find_tensor(str_cat("blk.", il, ".attn_v.bias")) == nullptr;
-    if (mha) groups.push_back({MatmulSite::kAttnOutput, {"attn_output"}});
+    // The attention output's input channels take their 1/s from V's rows (and bias); with
+    // GQA the n_rep heads that read one KV head share their scales (AutoAWQ skips GQA).
+    if (file.find_tensor(str_cat("blk.", il, ".attn_v.weight")) != nullptr)
+      groups.push_back({MatmulSite::kAttnOutput, {"attn_output"}});
     for (const Group& g : groups) {
       const AwqObserver::Site& site = observer->at(il, g.site);
       if (site.count == 0) throw Error(str_cat("awq: no inputs observed at layer ", il, " ", matmul_site_name(g.site)));
@@ -219,8 +242,10 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       for (const char* kind : g.matrices) mats.push_back(matrix(il, kind));
       std::vector<float> s;
       double err_plain = 0, err_best = 0;
-      const float alpha =
-          search_scales(mats, site, o.grid, o.fixed_alpha, o.weighted_fit, o.duo_scaling, s, &err_plain, &err_best);
+      Tie tie;
+      if (g.site == MatmulSite::kAttnOutput) tie = {c.n_head / c.n_kv_head, site.n_in / c.n_head};
+      const float alpha = search_scales(mats, site, tie, o.grid, o.fixed_alpha, o.weighted_fit, o.duo_scaling, s,
+                                        &err_plain, &err_best);
       result.alphas[mats[0].name] = alpha;
       if (o.weighted_fit) {
         const std::vector<float> importance = scaled_importance(site, s);
@@ -234,10 +259,19 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       if (g.site == MatmulSite::kQkv || g.site == MatmulSite::kGateUp) {
         std::vector<float>& norm = f32(str_cat("blk.", il, g.site == MatmulSite::kQkv ? ".attn_norm" : ".ffn_norm", ".weight"));
         for (size_t j = 0; j < norm.size(); ++j) norm[j] /= s[j];
-      } else {  // rows of the matrix that produces the input: up for down, v for the attention output
-        const Matrix before = matrix(il, g.site == MatmulSite::kDown ? "ffn_up" : "attn_v");
-        for (int64_t r = 0; r < before.rows; ++r)
-          for (int64_t col = 0; col < before.cols; ++col) (*before.w)[static_cast<size_t>(r * before.cols + col)] /= s[static_cast<size_t>(r)];
+      } else if (g.site == MatmulSite::kDown) {  // rows of the matrix that produces the input
+        const Matrix up = matrix(il, "ffn_up");
+        for (int64_t r = 0; r < up.rows; ++r)
+          for (int64_t col = 0; col < up.cols; ++col) (*up.w)[static_cast<size_t>(r * up.cols + col)] /= s[static_cast<size_t>(r)];
+      } else {  // V row r feeds input channel r % d_head of each of its KV head's n_rep query heads
+        const Matrix v = matrix(il, "attn_v");
+        const std::string bias_name = str_cat("blk.", il, ".attn_v.bias");
+        std::vector<float>* bias = file.find_tensor(bias_name) != nullptr ? &f32(bias_name) : nullptr;
+        for (int64_t r = 0; r < v.rows; ++r) {
+          const float sr = s[static_cast<size_t>((r / tie.d_head) * tie.n_rep * tie.d_head + r % tie.d_head)];
+          for (int64_t col = 0; col < v.cols; ++col) (*v.w)[static_cast<size_t>(r * v.cols + col)] /= sr;
+          if (bias != nullptr) (*bias)[static_cast<size_t>(r)] /= sr;
+        }
       }
       char line[256];
       std::snprintf(line, sizeof line, "awq: blk.%d %-11s alpha %.2f: sample output error %.4g -> %.4g\n", il,

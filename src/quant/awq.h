@@ -20,8 +20,9 @@
 // output error or by the block's X^T X, lowered that error and raised the model's KL
 // divergence on Qwen2.5-Coder 0.5B Q4_0.)
 //
-// The attention output could take its scales from attn_v's rows only when every head has
-// its own K/V head (no GQA); such models get that group too.
+// The attention output takes its 1/s from attn_v's rows (and bias). With GQA a V row feeds
+// the same channel of n_rep query heads, so those channels share one scale (their mean
+// statistics); AutoAWQ leaves this group out under GQA.
 //
 //   AwqResult r = awq_model(model, file, target, set, {}, progress);
 //   r.tensors.at("blk.0.attn_q.weight")   // f32 [rows][cols], columns scaled

@@ -90,6 +90,31 @@ TEST(Stories260K, ConfigFromMetadata) {
   EXPECT_EQ(c.rope_mode, kernels::RopeMode::Norm);
 }
 
+// Calibration (AWQ's folding) points a layer's norm at other values; a name that is no
+// norm or V bias of this model (stories260K has no biases) is an error naming it.
+TEST(Stories260K, ReplaceVectorRedirectsANormAndNamesWhatItCannot) {
+  Fixture f;
+  const std::vector<int32_t> tokens = {1, 403, 407, 261, 378};
+  const std::vector<float> before = f.feed(0, tokens);
+  const gguf::TensorInfo& norm = *f.model->file().find_tensor("blk.0.attn_norm.weight");
+  std::vector<float> doubled(reinterpret_cast<const float*>(norm.data),
+                             reinterpret_cast<const float*>(norm.data) + norm.n_elements());
+  for (float& x : doubled) x *= 2;
+  f.model->replace_vector("blk.0.attn_norm.weight", doubled.data());
+  const std::vector<float> after = f.feed(1, tokens);
+  EXPECT_NE(before, after);
+  f.model->replace_vector("blk.0.attn_norm.weight", reinterpret_cast<const float*>(norm.data));
+  EXPECT_EQ(f.feed(2, tokens), before);
+  for (const char* name : {"blk.0.attn_v.bias", "blk.0.attn_q.weight", "blk.9.ffn_norm.weight", "output_norm.weight"}) {
+    try {
+      f.model->replace_vector(name, doubled.data());
+      ADD_FAILURE() << name << " was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(Stories260K, LogitsMatchLlama2c) {
   RefLogits ref = read_logits_ref();
   ASSERT_EQ(ref.logits.size(), 6u);

@@ -72,7 +72,9 @@ def test_awq_folding_keeps_the_function(base, tmp_path, scales):
     assert "alpha 0.50" in log and "(rescaled)" in log
     k, stdout = kld(folded, base)
     assert abs(k) < 1e-5
-    assert float(re.search(r"Same top p:\s+([\d.]+)", stdout).group(1)) == pytest.approx(100.0)
+    # V's rows now carry 1/s (the attention output's group), so the f16 cache rounds V
+    # differently: on stories260K one token of 1,024 flips between near-equal top tokens.
+    assert float(re.search(r"Same top p:\s+([\d.]+)", stdout).group(1)) >= 99.8
 
 
 def test_calibrated_methods_need_calibration_text(tmp_path):
