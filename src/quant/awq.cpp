@@ -152,7 +152,7 @@ void tie_channels(std::vector<float>& v, const Tie& tie) {
 // The alpha (and its scales) with the least output error on the sample.
 float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& site, const Tie& tie, int32_t grid,
                     float fixed_alpha, bool weighted_fit, bool duo_scaling, std::vector<float>& best_s,
-                    double* err_plain, double* err_best) {
+                    double* err_plain, double* err_best, bool* unscaled) {
   const int64_t tokens = static_cast<int64_t>(site.sample.size()) / site.n_in;
   std::vector<std::vector<float>> reference;
   for (const Matrix& g : group) {
@@ -194,6 +194,7 @@ float search_scales(const std::vector<Matrix>& group, const AwqObserver::Site& s
     if (err < *err_best) {
       *err_best = err;
       best_alpha = plain ? 0.0f : alpha;
+      *unscaled = plain || (!duo_scaling && alpha == 0.0f);
       best_s = s;
     }
   }
@@ -242,10 +243,11 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       for (const char* kind : g.matrices) mats.push_back(matrix(il, kind));
       std::vector<float> s;
       double err_plain = 0, err_best = 0;
+      bool unscaled = false;
       Tie tie;
       if (g.site == MatmulSite::kAttnOutput) tie = {c.n_head / c.n_kv_head, site.n_in / c.n_head};
       const float alpha = search_scales(mats, site, tie, o.grid, o.fixed_alpha, o.weighted_fit, o.duo_scaling, s,
-                                        &err_plain, &err_best);
+                                        &err_plain, &err_best, &unscaled);
       result.alphas[mats[0].name] = alpha;
       if (o.weighted_fit) {
         const std::vector<float> importance = scaled_importance(site, s);
@@ -274,8 +276,12 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
         }
       }
       char line[256];
-      std::snprintf(line, sizeof line, "awq: blk.%d %-11s alpha %.2f: sample output error %.4g -> %.4g\n", il,
-                    matmul_site_name(g.site), alpha, err_plain, err_best);
+      if (unscaled)
+        std::snprintf(line, sizeof line, "awq: blk.%d %-11s s = 1     : sample output error %.4g (kept unscaled)\n", il,
+                      matmul_site_name(g.site), err_best);
+      else
+        std::snprintf(line, sizeof line, "awq: blk.%d %-11s alpha %.2f: sample output error %.4g -> %.4g\n", il,
+                      matmul_site_name(g.site), alpha, err_plain, err_best);
       progress(line);
     }
   }
