@@ -40,7 +40,7 @@ struct QuantizeCliOptions {
   float awq_alpha = -1.0f;
   int32_t awq_sample_tokens = 256;
   bool awq_weighted_fit = false;
-  bool awq_duo_scaling = false;
+  std::string awq_scales = "duo";
   int32_t awq_grid = quant::AwqOptions{}.grid;
   std::string imatrix;
   std::string token_embedding_type, output_tensor_type;
@@ -117,10 +117,12 @@ void quantize(const QuantizeCliOptions& opt) {
   o.threads = opt.threads;
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
-  const bool awq_search_flags = opt.awq_duo_scaling || opt.awq_grid != quant::AwqOptions{}.grid;
-  if (awq_search_flags && opt.method != "awq" && opt.method != "awq-gptq")
-    throw Error(str_cat(opt.awq_duo_scaling ? "--awq-duo-scaling" : "--awq-grid",
-                        " applies to --method awq and awq-gptq, not ", opt.method));
+  if (opt.awq_scales != "duo" && opt.awq_scales != "activation")
+    throw Error(str_cat("--awq-scales must be duo or activation, got '", opt.awq_scales, "'"));
+  const bool scales_given = opt.awq_scales != "duo", grid_given = opt.awq_grid != quant::AwqOptions{}.grid;
+  if ((scales_given || grid_given) && opt.method != "awq" && opt.method != "awq-gptq")
+    throw Error(str_cat(scales_given ? "--awq-scales" : "--awq-grid", " applies to --method awq and awq-gptq, not ",
+                        opt.method));
   if (opt.awq_weighted_fit && opt.method != "awq")
     throw Error("--awq-weighted-fit applies to --method awq (awq-gptq rounds by GPTQ, whose fit is already weighted)");
   o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
@@ -158,7 +160,7 @@ void quantize(const QuantizeCliOptions& opt) {
       a.fixed_alpha = opt.awq_alpha;
       a.sample_tokens = opt.awq_sample_tokens;
       a.weighted_fit = opt.awq_weighted_fit;
-      a.duo_scaling = opt.awq_duo_scaling;
+      a.duo_scaling = opt.awq_scales == "duo";
       a.grid = opt.awq_grid;
       awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
       o.overrides = &awq.tensors;
@@ -231,9 +233,10 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--awq-weighted-fit", opt->awq_weighted_fit,
                "AWQ: round the scaled matrices with the format's importance-weighted search (their inputs' mean "
                "square), in the search and in the output");
-  cmd->add_flag("--awq-duo-scaling", opt->awq_duo_scaling,
-               "AWQ: scales mean|x|^alpha / mean|w|^(1 - alpha), each weight over its block's absmax (AutoAWQ's "
-               "default), instead of mean|x|^alpha");
+  cmd->add_option("--awq-scales", opt->awq_scales,
+                  "AWQ: duo, mean|x|^alpha / mean|w|^(1 - alpha) with each weight over its block's absmax "
+                  "(AutoAWQ's default); or activation, mean|x|^alpha")
+      ->capture_default_str();
   cmd->add_option("--awq-grid", opt->awq_grid, "AWQ: alphas searched, 0, 1/N, ..., (N - 1)/N")->capture_default_str();
   cmd->add_option("--imatrix", opt->imatrix,
                   "Importance matrix (ridge imatrix or llama-imatrix: GGUF or legacy .dat) to weigh the "

@@ -1,22 +1,21 @@
 // AWQ (Lin et al. 2023, "AWQ: Activation-aware Weight Quantization"): a few input
 // channels carry large activations, and their weights matter most. For each group of
 // matrices that share an input X (q/k/v after attn_norm, gate/up after ffn_norm, down after
-// the gated activation), every input channel j is scaled by s_j = mean|x_j|^alpha
-// (normalized by sqrt(max s * min s)): the matrices' columns are multiplied by s and the
-// operation before them divides by s (the norm's weight, or up's rows for down), so the
-// model computes the same function and the salient channels quantize with finer steps.
-// alpha is searched on a grid per group, minimising ||X W^T - X (Q(W diag(s)) diag(1/s))^T||^2
+// the gated activation), every input channel j is scaled by s_j: by default AutoAWQ's
+// s_j = mean|x_j|^alpha / mean(|w| / block absmax)_j^(1 - alpha), or the paper's
+// s_j = mean|x_j|^alpha (duo_scaling false), normalized by sqrt(max s * min s). The
+// matrices' columns are multiplied by s and the operation before them divides by s (the
+// norm's weight, or up's rows for down), so the model computes the same function and the
+// salient channels quantize with finer steps.
+// alpha is searched on a grid of 20 per group, minimising ||X W^T - X (Q(W diag(s)) diag(1/s))^T||^2
 // on a sample of calibration tokens spread over the set, with each matrix rounded to
-// nearest in its recipe type; alpha = 0 (s = 1, plain round to nearest) is a candidate.
+// nearest in its recipe type; s = 1 (plain round to nearest) is a candidate.
 // With weighted_fit each matrix is rounded by its format's importance-weighted search
 // (core/quant_weighted.h, the scaled columns' mean x^2 as importance) both in the search
-// and in the output (AwqResult::importance): AWQ followed by what an imatrix does. On
-// Qwen2.5-Coder 0.5B Q4_0 that turns AWQ's +8% KL divergence against round to nearest
-// into -8% (docs/quantization.md compares it with an imatrix alone).
-// With duo_scaling the scales are AutoAWQ's default instead, s_j = mean|x_j|^alpha /
-// mean(|w| / block absmax)_j^(1 - alpha), with s = 1 an extra candidate; with the weighted
-// fit that takes Qwen2.5-Coder 0.5B Q4_0 to -22% against round to nearest, and to -27%
-// with the attention output's group below.
+// and in the output (AwqResult::importance): AWQ followed by what an imatrix does.
+// Measured on Qwen2.5-Coder 0.5B Q4_0 (docs/quantization.md): mean KLD -14% against round
+// to nearest with duo scales and +1% with the paper's; -27% with duo scales and the
+// weighted fit.
 // (AWQ's clipping search is not here: shrinking a GGUF block's range, scored by the same
 // output error or by the block's X^T X, lowered that error and raised the model's KL
 // divergence on Qwen2.5-Coder 0.5B Q4_0.)
@@ -44,16 +43,17 @@
 namespace ridge::quant {
 
 struct AwqOptions {
-  int32_t grid = 10;            // alphas 0, 1/grid, ..., (grid - 1)/grid
+  int32_t grid = 20;            // alphas 0, 1/grid, ..., (grid - 1)/grid (AutoAWQ's 20)
   int32_t sample_tokens = 256;  // calibration tokens per group the error is measured on
   float fixed_alpha = -1.0f;    // >= 0: use this alpha everywhere instead of searching
   bool weighted_fit = false;    // round with the format's importance-weighted search (the
                                 // scaled columns' mean x^2 as importance, as an imatrix
                                 // weighs them) in the search and in AwqResult::importance,
                                 // instead of its reference round to nearest
-  bool duo_scaling = false;     // s = mean|x|^alpha / mean|w~|^(1 - alpha) (AutoAWQ's default),
+  bool duo_scaling = true;      // s = mean|x|^alpha / mean|w~|^(1 - alpha) (AutoAWQ's default),
                                 // |w~| each weight over its block's absmax, averaged per column
-                                // over the group's rows; s = 1 stays a candidate
+                                // over the group's rows; s = 1 stays a candidate. false:
+                                // s = mean|x|^alpha (the AWQ paper's)
 };
 
 struct AwqResult {
