@@ -248,7 +248,6 @@ AwqResult awq_model(Model& model, const gguf::File& file, const QuantTarget& tar
       if (g.site == MatmulSite::kAttnOutput) tie = {c.n_head / c.n_kv_head, site.n_in / c.n_head};
       const float alpha = search_scales(mats, site, tie, o.grid, o.fixed_alpha, o.weighted_fit, o.duo_scaling, s,
                                         &err_plain, &err_best, &unscaled);
-      result.alphas[mats[0].name] = alpha;
       if (o.weighted_fit) {
         const std::vector<float> importance = scaled_importance(site, s);
         for (const Matrix& m : mats) result.importance[m.name] = importance;

@@ -58,7 +58,6 @@ struct AwqOptions {
 
 struct AwqResult {
   std::map<std::string, std::vector<float>> tensors;  // every tensor AWQ changed, in f32
-  std::map<std::string, float> alphas;                 // per group, by its first matrix
   // With weighted_fit: each scaled matrix's column importance (mean x^2 of its inputs,
   // divided by s^2 as the scaling moved them), for quantize_rows_weighted.
   std::map<std::string, std::vector<float>> importance;
