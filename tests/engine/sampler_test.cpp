@@ -14,19 +14,7 @@
 
 #include "core/error.h"
 
-// Counts heap allocations so a test can show sample() reuses its scratch.
-// GCC cannot see that these replacements pair malloc with free.
-static std::atomic<long> g_allocations{0};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t size) {
-  ++g_allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+#include "../allocation_counter.h"
 
 namespace ridge {
 namespace {
@@ -412,12 +400,12 @@ TEST(Sampler, SampleDoesNotAllocateAfterTheFirstCall) {
        {p, make(1.0f, 0, 0.5f, 0.0f, 2), make(0.0f, 0, 1.0f, 0.0f, 3)}) {
     Sampler sampler(params);
     sampler.sample(work, history);
-    const long before = g_allocations.load();
+    const long before = test::allocations();
     for (int i = 0; i < 50; ++i) {
       std::copy(logits.begin(), logits.end(), work.begin());
       sampler.sample(work, history);
     }
-    EXPECT_EQ(g_allocations.load(), before) << "top_p " << params.top_p;
+    EXPECT_EQ(test::allocations(), before) << "top_p " << params.top_p;
   }
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <new>
 #include <random>
 #include <set>
@@ -14,19 +15,7 @@
 
 #include "core/error.h"
 
-// Counts heap allocations so a test can show the step loop allocates nothing.
-// GCC cannot see that these replacements pair malloc with free.
-static std::atomic<long> g_allocations{0};
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-void* operator new(std::size_t size) {
-  ++g_allocations;
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-#pragma GCC diagnostic pop
+#include "../allocation_counter.h"
 
 namespace ridge {
 namespace {
@@ -587,10 +576,18 @@ TEST(KvCache, CanFitCountsBlocksAndSequenceSlots) {
   EXPECT_EQ(cache.max_tokens_per_sequence(), 32);
 }
 
+// The counter the no-allocation tests rely on sees both forms of new.
+TEST(AllocationCounter, CountsPlainAndNothrowNew) {
+  const long before = test::allocations();
+  auto plain = std::make_unique<std::vector<int>>(100);
+  std::unique_ptr<int> nothrow(new (std::nothrow) int(7));
+  EXPECT_GE(test::allocations(), before + 3);  // the vector, its 100 ints, the int
+}
+
 TEST(KvCache, StepLoopDoesNotAllocate) {
   KvCache cache(hybrid_config(4, 8, 16));
   cache.add_sequence(0);
-  const long before = g_allocations.load();
+  const long before = test::allocations();
   for (int round = 0; round < 3; ++round) {
     for (int32_t n = 0; n < 60; n += 2) {
       ASSERT_TRUE(cache.reserve(0, 2));
@@ -602,7 +599,7 @@ TEST(KvCache, StepLoopDoesNotAllocate) {
     cache.free_sequence(0);
     cache.add_sequence(0);  // tables keep their capacity
   }
-  EXPECT_EQ(g_allocations.load(), before);
+  EXPECT_EQ(test::allocations(), before);
 }
 
 }  // namespace
