@@ -582,6 +582,7 @@ TEST(AllocationCounter, CountsPlainAndNothrowNew) {
   auto plain = std::make_unique<std::vector<int>>(100);
   std::unique_ptr<int> nothrow(new (std::nothrow) int(7));
   EXPECT_GE(test::allocations(), before + 3);  // the vector, its 100 ints, the int
+  EXPECT_EQ(plain->size() + static_cast<size_t>(*nothrow), 107u);
 }
 
 TEST(KvCache, StepLoopDoesNotAllocate) {
