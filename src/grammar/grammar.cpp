@@ -3,7 +3,6 @@
 #include "grammar/grammar.h"
 
 #include <algorithm>
-#include <functional>
 #include <map>
 #include <utility>
 
@@ -12,6 +11,7 @@ namespace {
 
 constexpr uint32_t kMaxCodePoint = 0x10FFFF;
 constexpr int64_t kMaxRepeat = 10000;  // bound on {m,n}: each copy is compiled out
+constexpr int kMaxGroupDepth = 100;     // bound on nested ( ): the parser recurses once per level
 
 // A symbol before flattening: a byte set or a rule reference.
 struct Sym {
@@ -203,9 +203,11 @@ class Parser {
         seq.push_back(class_sym({{0, kMaxCodePoint}}));
         have_item = true;
       } else if (c == '(') {
+        if (++group_depth_ > kMaxGroupDepth) fail(str_cat("groups nested deeper than ", kMaxGroupDepth, " levels"));
         ++pos_;
         skip_space(true);
         Alts group = parse_alternatives(true);
+        --group_depth_;
         if (peek() != ')') fail(str_cat("expected ')' to close the group, found ", describe_here()));
         ++pos_;
         last = seq.size();
@@ -447,27 +449,37 @@ class Parser {
           left[r].push_back(x.value);
           if (!nullable[static_cast<size_t>(x.value)]) break;
         }
+    // Depth-first with an explicit stack (rule, next edge): a chain of thousands of rules must
+    // not overflow the thread's stack.
     std::vector<int> color(n, 0);  // 0 new, 1 on the path, 2 done
-    std::vector<int32_t> path;
-    std::function<void(int32_t)> visit = [&](int32_t r) {
-      color[static_cast<size_t>(r)] = 1;
-      path.push_back(r);
-      for (int32_t next : left[static_cast<size_t>(r)]) {
+    std::vector<std::pair<int32_t, size_t>> path;
+    for (size_t start = 0; start < n; ++start) {
+      if (color[start] != 0) continue;
+      color[start] = 1;
+      path.emplace_back(static_cast<int32_t>(start), 0);
+      while (!path.empty()) {
+        auto& [r, edge] = path.back();
+        const std::vector<int32_t>& out = left[static_cast<size_t>(r)];
+        if (edge == out.size()) {
+          color[static_cast<size_t>(r)] = 2;
+          path.pop_back();
+          continue;
+        }
+        const int32_t next = out[edge++];
         if (color[static_cast<size_t>(next)] == 1) {
           std::string cycle;
-          auto from = std::find(path.begin(), path.end(), next);
-          for (auto it = from; it != path.end(); ++it) cycle += names_[static_cast<size_t>(*it)] + " -> ";
+          auto from = std::find_if(path.begin(), path.end(), [&](const auto& p) { return p.first == next; });
+          for (auto it = from; it != path.end(); ++it) cycle += names_[static_cast<size_t>(it->first)] + " -> ";
           throw GrammarError(str_cat("grammar: rule '", names_[static_cast<size_t>(next)],
                                      "' is left-recursive (", cycle, names_[static_cast<size_t>(next)],
                                      " without consuming a character); rewrite it right-recursively"));
         }
-        if (color[static_cast<size_t>(next)] == 0) visit(next);
+        if (color[static_cast<size_t>(next)] == 0) {
+          color[static_cast<size_t>(next)] = 1;
+          path.emplace_back(next, 0);
+        }
       }
-      path.pop_back();
-      color[static_cast<size_t>(r)] = 2;
-    };
-    for (size_t r = 0; r < n; ++r)
-      if (color[r] == 0) visit(static_cast<int32_t>(r));
+    }
   }
 
   Grammar flatten(int32_t root) const {
@@ -496,6 +508,7 @@ class Parser {
   std::vector<ByteSet> sets_;
   std::string current_;  // the rule being parsed, for naming helper rules
   int n_generated_ = 0;
+  int group_depth_ = 0;
 };
 
 }  // namespace

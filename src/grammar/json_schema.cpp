@@ -35,6 +35,10 @@ const std::map<std::string, std::pair<std::string, std::vector<std::string>>>& p
   return p;
 }
 
+// Schemas nested (directly or through $ref) deeper than this are refused: the converter
+// recurses once per level, and no real schema comes near it.
+constexpr int kMaxSchemaDepth = 64;
+
 const std::set<std::string> kAnnotations = {"title", "description", "default", "examples", "$schema",
                                             "$id", "$comment", "strict", "$defs", "definitions"};
 const std::set<std::string> kKeywords = {"type", "properties", "required", "additionalProperties", "items",
@@ -101,6 +105,12 @@ class Converter {
 
   // The rule matching instances of schema s (at JSON pointer path).
   std::string visit(const ojson& s, const std::string& path, const std::string& hint) {
+    struct Level {
+      int& depth;
+      explicit Level(int& d) : depth(++d) {}
+      ~Level() { --depth; }
+    } level(depth_);
+    if (depth_ > kMaxSchemaDepth) fail(path, str_cat("schemas nested deeper than ", kMaxSchemaDepth, " levels (counting $ref)"));
     if (s.is_boolean()) {
       if (!s.get<bool>()) fail(path, "the schema false accepts nothing");
       return primitive("value");
@@ -266,6 +276,7 @@ class Converter {
   std::string out_;
   std::set<std::string> names_, emitted_primitives_;
   std::map<std::string, std::string> refs_;
+  int depth_ = 0;
 };
 
 }  // namespace

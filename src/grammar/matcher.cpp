@@ -93,25 +93,28 @@ int32_t Automaton::node(int32_t pos, int32_t parent) {
 }
 
 // A stack whose top is a rule reference becomes one stack per alternative of the rule, with
-// the reference's continuation below; recursion ends at byte sets (or the empty stack).
+// the reference's continuation below; expansion ends at byte sets (or the empty stack). A
+// worklist, not recursion: a chain of thousands of rules must not overflow the stack.
 void Automaton::expand(int32_t stack, std::vector<int32_t>& out) {
-  if (stack == kEmpty) {
-    out.push_back(kEmpty);
-    return;
-  }
-  const Node n = nodes_[static_cast<size_t>(stack)];
-  const Element& e = grammar_->elements[static_cast<size_t>(n.pos)];
-  if (e.kind == Element::Kind::kBytes) {
-    out.push_back(stack);
-    return;
-  }
-  const bool last = grammar_->elements[static_cast<size_t>(n.pos) + 1].kind == Element::Kind::kEnd;
-  const int32_t below = last ? n.parent : node(n.pos + 1, n.parent);
-  for (int32_t alt : grammar_->rules[static_cast<size_t>(e.value)]) {
-    if (grammar_->elements[static_cast<size_t>(alt)].kind == Element::Kind::kEnd)
-      expand(below, out);
-    else
-      expand(node(alt, below), out);
+  std::vector<int32_t> work{stack};
+  while (!work.empty()) {
+    const int32_t top = work.back();
+    work.pop_back();
+    if (top == kEmpty) {
+      out.push_back(kEmpty);
+      continue;
+    }
+    const Node n = nodes_[static_cast<size_t>(top)];
+    const Element& e = grammar_->elements[static_cast<size_t>(n.pos)];
+    if (e.kind == Element::Kind::kBytes) {
+      out.push_back(top);
+      continue;
+    }
+    const bool last = grammar_->elements[static_cast<size_t>(n.pos) + 1].kind == Element::Kind::kEnd;
+    const int32_t below = last ? n.parent : node(n.pos + 1, n.parent);
+    for (int32_t alt : grammar_->rules[static_cast<size_t>(e.value)])
+      work.push_back(grammar_->elements[static_cast<size_t>(alt)].kind == Element::Kind::kEnd ? below
+                                                                                                : node(alt, below));
   }
 }
 

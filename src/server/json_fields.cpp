@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "server/api_error.h"
 
@@ -9,15 +10,54 @@ namespace ridge::server {
 
 using nlohmann::json;
 
+namespace {
+
+// Bodies nested deeper than this are refused while parsing: what reads them later (the
+// schema converter, dump(), the chat template) recurses once per level.
+constexpr int kMaxBodyDepth = 256;
+
+// Objects in the fields read again keeping their key order (tools, response_format) hold at
+// most this many keys: nlohmann's ordered_json inserts by linear search, so a 5 MB schema of
+// one object with 200000 properties would cost minutes of CPU.
+constexpr size_t kMaxOrderedKeys = 1000;
+
+struct TooDeep {};
+struct TooManyKeys {
+  std::string field;
+};
+
+bool keeps_key_order(const std::string& top_level_key) {
+  return top_level_key == "tools" || top_level_key == "response_format";
+}
+
+}  // namespace
+
 json parse_json_body(std::string_view body_text) {
   json body;
   std::string last_key;
   try {
     // The last key read names the field when a number overflows a double (1e400).
-    body = json::parse(body_text, [&last_key](int, json::parse_event_t event, json& parsed) {
-      if (event == json::parse_event_t::key) last_key = parsed.get<std::string>();
+    std::string top_key;
+    std::vector<size_t> keys;  // per open object, the keys read so far
+    body = json::parse(body_text, [&](int depth, json::parse_event_t event, json& parsed) {
+      if (depth > kMaxBodyDepth) throw TooDeep{};
+      if (event == json::parse_event_t::object_start) keys.push_back(0);
+      if (event == json::parse_event_t::object_end) keys.pop_back();
+      if (event == json::parse_event_t::key) {
+        last_key = parsed.get<std::string>();
+        if (depth == 1) top_key = last_key;
+        if (++keys.back() > kMaxOrderedKeys && depth > 1 && keeps_key_order(top_key)) throw TooManyKeys{top_key};
+      }
       return true;
     });
+  } catch (const TooManyKeys& e) {
+    throw ApiError(400, str_cat("Invalid '", e.field, "': objects with more than ", kMaxOrderedKeys,
+                                " keys are not supported."),
+                   e.field, "invalid_value");
+  } catch (const TooDeep&) {
+    throw ApiError(400, str_cat("Invalid JSON body: values nested deeper than ", kMaxBodyDepth,
+                                " levels (inside '", last_key, "') are not supported."),
+                   last_key, "invalid_value");
   } catch (const json::parse_error& e) {
     throw ApiError(400, str_cat("We could not parse the JSON body of your request: ", e.what()), "", "invalid_json");
   } catch (const json::exception& e) {
@@ -26,6 +66,15 @@ json parse_json_body(std::string_view body_text) {
   }
   if (!body.is_object()) wrong_type("body", "a JSON object", body);
   return body;
+}
+
+nlohmann::ordered_json ordered_field(std::string_view body_text, const std::string& name) {
+  // Every other top-level field is discarded unread into the ordered form.
+  nlohmann::ordered_json body = nlohmann::ordered_json::parse(
+      body_text, [&name](int depth, nlohmann::ordered_json::parse_event_t event, nlohmann::ordered_json& parsed) {
+        return !(depth == 1 && event == nlohmann::ordered_json::parse_event_t::key && parsed.get<std::string>() != name);
+      });
+  return body[name];
 }
 
 const char* json_type_name(const json& v) {

@@ -20,6 +20,10 @@ namespace ridge::server {
 // for a double names the field it was in).
 nlohmann::json parse_json_body(std::string_view body_text);
 
+// The top-level field `name` of a body parse_json_body accepted, parsed again keeping the
+// client's key order (what chat templates and JSON schemas must see).
+nlohmann::ordered_json ordered_field(std::string_view body_text, const std::string& name);
+
 // "a string", "an integer", ...: what a value is, for error messages.
 const char* json_type_name(const nlohmann::json& v);
 

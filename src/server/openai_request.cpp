@@ -235,7 +235,7 @@ void parse_tools(std::string_view body_text, const json& body, ApiRequest& r) {
     // The sorted-key json above would reorder each tool's keys; the template must see the
     // client's order, as jinja2 under Hugging Face does, so the text comes from an
     // order-keeping parse of the same body.
-    if (!tools->empty()) r.tools_json = nlohmann::ordered_json::parse(body_text)["tools"].dump();
+    if (!tools->empty()) r.tools_json = ordered_field(body_text, "tools").dump();
   }
   const json* choice = field(body, "tool_choice");
   r.tool_choice = r.tools_json.empty() ? ToolChoice::kNone : ToolChoice::kAuto;

@@ -58,7 +58,7 @@ std::shared_ptr<const grammar::Grammar> response_format(std::string_view body_te
   if (schema == nullptr) return compile(grammar::json_object_gbnf(), "response_format");  // OpenAI: any object
   if (!schema->is_object()) wrong_type("response_format.json_schema.schema", "an object (a JSON Schema)", *schema);
   // The schema's own text, key order kept: properties come out in the order it lists them.
-  const std::string text = ordered_json::parse(body_text)["response_format"]["json_schema"]["schema"].dump();
+  const std::string text = ordered_field(body_text, "response_format")["json_schema"]["schema"].dump();
   const std::string param = "response_format.json_schema.schema";
   return compile(schema_gbnf(text, param), param);
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <memory>
+#include <sstream>
 #include <string>
 
 #include "grammar/grammar.h"
@@ -144,6 +145,29 @@ TEST(GbnfErrors, AGrammarTooAmbiguousToMatchIsAnErrorNotAStall) {
   } catch (const GrammarError& e) {
     EXPECT_NE(std::string(e.what()).find("too ambiguous"), std::string::npos) << e.what();
   }
+}
+
+// Hostile grammars arrive in requests: none may recurse once per level of the input and
+// overflow the server thread's stack.
+TEST(GbnfErrors, DeeplyNestedGroupsAreRefusedNotACrash) {
+  const int n = 100000;
+  const std::string e = error_of("root ::= " + std::string(n, '(') + "\"a\"" + std::string(n, ')'));
+  EXPECT_NE(e.find("groups nested deeper than 100 levels"), std::string::npos) << e;
+  EXPECT_TRUE(accepts("root ::= " + std::string(50, '(') + "\"a\"" + std::string(50, ')'), "a"));
+}
+
+TEST(Gbnf, ALongChainOfRulesMatchesWithoutRecursingPerRule) {
+  const int n = 100000;  // root ::= r0, r0 ::= r1, ... r(n) ::= "b": n levels of expansion
+  std::ostringstream chain;
+  chain << "root ::= r0\n";
+  for (int i = 0; i < n; ++i) chain << 'r' << i << " ::= r" << i + 1 << '\n';
+  std::ostringstream g, cyclic;
+  g << chain.str() << 'r' << n << " ::= \"b\"\n";
+  EXPECT_TRUE(accepts(g.str(), "b"));
+  EXPECT_FALSE(accepts(g.str(), "c"));
+  // The left-recursion check walks the same chain; closing it into a cycle is still found.
+  cyclic << chain.str() << 'r' << n << " ::= r0 \"b\"\n";
+  EXPECT_NE(error_of(cyclic.str()).find("left-recursive"), std::string::npos);
 }
 
 TEST(Gbnf, LiteralHelperRoundTrips) {

@@ -117,6 +117,25 @@ TEST(JsonSchema, UnsupportedKeywordsAreNamedWithTheirPath) {
             std::string::npos);
 }
 
+TEST(JsonSchema, SchemasNestedTooDeeplyAreRefusedNotACrash) {
+  // A $ref chain: each hop is one level of the converter's recursion (20000 overflowed the
+  // server's stack; the request body caps how many a client can send).
+  const int n = 2000;
+  std::string defs;
+  for (int i = 0; i < n; ++i) defs += "\"d" + std::to_string(i) + "\": {\"$ref\": \"#/$defs/d" + std::to_string(i + 1) + "\"}, ";
+  defs += "\"d" + std::to_string(n) + "\": {\"type\": \"string\"}";
+  const std::string e = schema_error(R"({"$ref": "#/$defs/d0", "$defs": {)" + defs + "}}");
+  EXPECT_NE(e.find("schemas nested deeper than 64 levels"), std::string::npos) << e.substr(0, 300);
+  // Nesting through items.
+  std::string items = R"({"type": "string"})";
+  for (int i = 0; i < 70; ++i) items = R"({"type": "array", "items": )" + items + "}";
+  EXPECT_NE(schema_error(items).find("#/items/items/items"), std::string::npos);
+  // What real schemas do is well inside the bound.
+  std::string ok = R"({"type": "string"})";
+  for (int i = 0; i < 20; ++i) ok = R"({"type": "array", "items": )" + ok + "}";
+  EXPECT_TRUE(schema_accepts(ok, std::string(20, '[') + "\"x\"" + std::string(20, ']')));
+}
+
 TEST(JsonObject, AnyObjectAndNothingElse) {
   const std::string g = json_object_gbnf();
   EXPECT_TRUE(accepts_text(g, R"({"a": [1, {"b": null}, "c"], "d": -1.5e3, "e": true})"));

@@ -43,6 +43,30 @@ TEST(ParseRequest, NumberOverflowIs400NamingTheField) {
   EXPECT_EQ(parse_error(R"({"prompt": "hi", "temperature": -1e999})").param, "temperature");
 }
 
+TEST(ParseRequest, BodiesNestedTooDeeplyAre400NamingTheField) {
+  // What reads the body later (schemas, templates, dump()) recurses per level: refused at parse.
+  const int n = 100000;
+  ApiError e = parse_error(R"({"messages": [{"role": "user", "content": )" + std::string(n, '[') + std::string(n, ']') +
+                               "}]}",
+                           Endpoint::kChatCompletions);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "content");
+  EXPECT_NE(std::string(e.what()).find("nested deeper than 256 levels"), std::string::npos) << e.what();
+}
+
+TEST(ParseRequest, HugeObjectsInKeyOrderedFieldsAre400) {
+  // tools and response_format are re-read keeping key order, which costs O(keys^2) per object:
+  // a schema with 200000 properties held a server thread for over ten minutes.
+  std::string props;
+  for (int i = 0; i < 1001; ++i) props += (i == 0 ? "\"k" : ", \"k") + std::to_string(i) + "\": {}";
+  ApiError e = parse_error(R"({"messages": [{"role": "user", "content": "hi"}], "response_format": {"type": "json_schema",
+      "json_schema": {"name": "x", "schema": {"type": "object", "properties": {)" + props + "}}}}}",
+                           Endpoint::kChatCompletions);
+  EXPECT_EQ(e.status, 400);
+  EXPECT_EQ(e.param, "response_format");
+  EXPECT_NE(std::string(e.what()).find("more than 1000 keys"), std::string::npos) << e.what();
+}
+
 TEST(ParseRequest, WrongTypesNameTheField) {
   struct Case {
     const char* body;
