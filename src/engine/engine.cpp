@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 
 #include <algorithm>
+#include <limits>
 #include <atomic>
 #include <cassert>
 #include <cstdio>
@@ -306,23 +307,39 @@ void Engine::Impl::step() {
       end(r, FinishReason::kCancelled, {});
       continue;
     }
-    if (c.n_draft > 0) {
-      verify(r, rows, c.n_draft);
-      continue;
+    hide_untokenizable(rows, 1 + c.n_draft);
+    try {  // what goes wrong from here on is this request's alone
+      if (c.n_draft > 0) {
+        verify(r, rows, c.n_draft);
+        continue;
+      }
+      const std::span<float> row(rows, static_cast<size_t>(n_vocab));
+      if (r.grammar && !constrain(r, r.grammar->state(), row)) continue;
+      const int32_t token = r.sampler.sample(row, r.tokens);
+      if (r.grammar && !advance_grammar(r, token)) continue;
+      r.tokens.push_back(token);
+      r.step_logprobs.clear();
+      r.step_top_logprobs.clear();
+      if (r.want_logprobs) {
+        r.step_logprobs.push_back(r.sampler.chosen_logprob());
+        const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
+        r.step_top_logprobs.emplace_back(top.begin(), top.end());
+      }
+      emit(r, 1);
+    } catch (const std::exception& e) {
+      if (!r.finished) end(r, FinishReason::kError, str_cat("sampling: ", e.what()));
     }
-    const std::span<float> row(rows, static_cast<size_t>(n_vocab));
-    if (r.grammar && !constrain(r, r.grammar->state(), row)) continue;
-    const int32_t token = r.sampler.sample(row, r.tokens);
-    if (r.grammar && !advance_grammar(r, token)) continue;
-    r.tokens.push_back(token);
-    r.step_logprobs.clear();
-    r.step_top_logprobs.clear();
-    if (r.want_logprobs) {
-      r.step_logprobs.push_back(r.sampler.chosen_logprob());
-      const std::span<const TokenLogprob> top = r.sampler.top_logprobs();
-      r.step_top_logprobs.emplace_back(top.begin(), top.end());
-    }
-    emit(r, 1);
+  }
+}
+
+// Embedding rows past the tokenizer's last id (padding, as in Qwen2.5's 151936-row matrix
+// over a smaller vocabulary) have no text: they may never be sampled.
+void Engine::Impl::hide_untokenizable(float* rows, int32_t n_rows) const {
+  const int32_t n_text = tokenizer.n_vocab();
+  if (n_text >= n_vocab) return;
+  for (int32_t i = 0; i < n_rows; ++i) {
+    float* r = rows + static_cast<size_t>(i) * static_cast<size_t>(n_vocab);
+    std::fill(r + n_text, r + n_vocab, -std::numeric_limits<float>::infinity());
   }
 }
 

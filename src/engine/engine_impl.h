@@ -147,6 +147,7 @@ struct Engine::Impl {
   void verify(Request& r, float* rows, int32_t n_draft);
   // Constrained decoding: masks row for state (false, after ending r with an error, when the
   // grammar allows no token), and advances r's matcher by a chosen token.
+  void hide_untokenizable(float* rows, int32_t n_rows) const;
   bool constrain(Request& r, int32_t state, std::span<float> row);
   bool advance_grammar(Request& r, int32_t token);
   void release_draft(Request& r);  // the request no longer holds its draft slot

@@ -541,5 +541,42 @@ TEST(Engine, GreedyOutputWithAnF32CacheReproducesLlama2c) {
   EXPECT_EQ(out.tokens, std::vector<int32_t>(want.begin() + 5, want.end()));
 }
 
+// A vocabulary shorter than the embedding (Qwen2.5 pads its 151665 tokens to 151936 rows):
+// the padding rows have no text and must never be sampled, even near-uniformly at a high
+// temperature; sampling one used to fail every request in the step.
+TEST(Engine, EmbeddingRowsPastTheVocabularyAreNeverSampled) {
+  const Vocab& full = stories().tokenizer->vocab();
+  VocabSpec spec;
+  const int32_t n_text = full.n_tokens() - 12;
+  for (int32_t i = 0; i < n_text; ++i) {
+    const TokenData t = full.token(i);
+    spec.tokens.emplace_back(t.text);
+    spec.scores.push_back(t.score);
+    spec.types.push_back(t.type);
+  }
+  spec.bos_id = full.bos();
+  spec.eos_id = full.eos();
+  spec.add_bos = full.add_bos();
+  const Tokenizer short_vocab(Vocab::from_spec(std::move(spec)));
+  Engine engine(*stories().model, short_vocab, options(4));
+  engine.start();
+  std::vector<std::shared_ptr<RequestStream>> streams;
+  for (int i = 0; i < 4; ++i) {
+    RequestParams p;
+    p.prompt = short_vocab.encode("Once upon a time");
+    p.max_tokens = 200;
+    p.sampling.temperature = 100;  // close to uniform over all 512 rows
+    p.sampling.seed = static_cast<uint64_t>(i);
+    p.ignore_eos = true;
+    streams.push_back(engine.submit(p));
+  }
+  for (auto& s : streams) {
+    const Output out = collect(*s);
+    EXPECT_EQ(out.reason, FinishReason::kLength) << out.error;
+    EXPECT_EQ(out.tokens.size(), 200u);
+    for (int32_t t : out.tokens) EXPECT_LT(t, n_text);
+  }
+}
+
 }  // namespace
 }  // namespace ridge
