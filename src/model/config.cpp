@@ -1,5 +1,6 @@
 #include "model/config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 
@@ -71,6 +72,22 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   const std::string p = c.arch + ".";
   c.n_embd = get_i32(f, p + "embedding_length");
   c.n_layer = get_i32(f, p + "block_count");
+  // Checked against the tensors before anything is sized by it: 2^30 blocks would
+  // allocate gigabytes of per-layer configuration for a file that holds a few.
+  int64_t blocks_present = 0;
+  for (const gguf::TensorInfo& t : f.tensors()) {
+    if (t.name.rfind("blk.", 0) != 0) continue;
+    const size_t dot = t.name.find('.', 4);
+    int64_t index = 0;
+    for (size_t i = 4; i < std::min(dot, t.name.size()) && index >= 0; ++i) {
+      const bool digit = t.name[i] >= '0' && t.name[i] <= '9';
+      index = digit && index <= c.n_layer ? index * 10 + (t.name[i] - '0') : -1;
+    }
+    blocks_present = std::max(blocks_present, index + 1);
+  }
+  if (c.n_layer > blocks_present)
+    throw Error(str_cat(f.name(), ": metadata ", p, "block_count = ", c.n_layer, " but the file has tensors for ",
+                        blocks_present, " blocks (blk.0 ... blk.", blocks_present - 1, ")"));
   c.n_ff = get_i32(f, p + "feed_forward_length");
   c.n_head = get_i32(f, p + "attention.head_count");
   c.n_kv_head = get_i32(f, p + "attention.head_count_kv", c.n_head);

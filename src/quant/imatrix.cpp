@@ -136,9 +136,11 @@ Imatrix read_legacy(const std::string& path, std::vector<char> bytes) {
     const int32_t ncall = r.i32("ncall");
     const int32_t n_values = r.i32("a value count");
     if (n_values < 1) throw Error(str_cat(path, ": ", name, " has ", n_values, " values"));
+    // Taken before sizing anything: a count the file cannot hold is an error, not 8 GiB.
+    const char* values = r.take(static_cast<size_t>(n_values) * sizeof(float), "values");
     ImatrixEntry& e = m.entries[name];
     e.in_sum2.resize(static_cast<size_t>(n_values));
-    std::memcpy(e.in_sum2.data(), r.take(e.in_sum2.size() * sizeof(float), "values"), e.in_sum2.size() * sizeof(float));
+    std::memcpy(e.in_sum2.data(), values, e.in_sum2.size() * sizeof(float));
     check_values(path, name, e.in_sum2);
     // llama-quantize divides by ncall, or takes the values as they are when it is 0.
     e.counts = {ncall > 0 ? static_cast<float>(ncall) : 1.0f};
@@ -238,7 +240,16 @@ std::vector<float> importance_of(const ImatrixEntry& e) {
   std::vector<float> v(e.in_sum2.size(), 1.0f);
   for (size_t m = 0; m < n_mat; ++m) {
     if (e.counts[m] <= 0) continue;
-    for (size_t j = 0; j < n_in; ++j) v[m * n_in + j] = e.in_sum2[m * n_in + j] / e.counts[m];
+    float* row = v.data() + m * n_in;
+    for (size_t j = 0; j < n_in; ++j) row[j] = e.in_sum2[m * n_in + j] / e.counts[m];
+    // The weighted fits are invariant under scaling the importance, but their sums of
+    // importance * x^2 overflow to inf (and the tensor to NaN) for huge values: those are
+    // brought down by a power of two, which changes no rounding.
+    const float peak = *std::max_element(row, row + n_in);
+    if (peak > 0x1p64f) {
+      const float scale = std::ldexp(1.0f, -std::ilogb(peak) - 1);
+      for (size_t j = 0; j < n_in; ++j) row[j] *= scale;
+    }
   }
   return v;
 }

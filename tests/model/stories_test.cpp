@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "gguf/writer.h"
+#include "model/config.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -308,6 +310,31 @@ TEST(StoriesModel, LayerByLayerRunsSeeWhatTheForwardPassSees) {
     EXPECT_EQ(layered.seen[i].site, whole.seen[i].site);
     EXPECT_EQ(layered.seen[i].input, whole.seen[i].input) << "layer " << whole.seen[i].il << " "
                                                           << matmul_site_name(whole.seen[i].site);
+  }
+}
+
+// A block_count the tensors do not back is refused before anything is sized by it (2^30
+// blocks allocated 28 GiB of layer configuration, even for `ridge inspect`).
+TEST(ModelConfig, BlockCountBeyondTheTensorsIsAClearError) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.embedding_length", 64);
+  w.set_u32("llama.block_count", 1u << 30);
+  w.set_u32("llama.feed_forward_length", 172);
+  w.set_u32("llama.attention.head_count", 8);
+  const std::vector<float> norm(64, 1.0f);
+  const auto bytes = std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(norm.data()), 64 * sizeof(float));
+  w.add_tensor("blk.0.attn_norm.weight", DType::F32, {64}, bytes);
+  w.add_tensor("blk.1.attn_norm.weight", DType::F32, {64}, bytes);
+  const std::vector<uint8_t> file = w.to_bytes();
+  try {
+    ModelConfig::from_gguf(gguf::File::parse(file, "huge.gguf"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("huge.gguf: metadata llama.block_count = 1073741824 but the file has "
+                                         "tensors for 2 blocks (blk.0 ... blk.1)"),
+              std::string::npos)
+        << e.what();
   }
 }
 

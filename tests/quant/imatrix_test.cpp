@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant.h"
+#include "core/quant_weighted.h"
 #include "gguf/writer.h"
 #include "tokenizer/tokenizer.h"
 
@@ -106,6 +108,42 @@ TEST(Imatrix, ImportanceIsTheMeanSquareOrOneWhereUnseen) {
   EXPECT_EQ(importance_of(m.entries.at("blk.0.attn_q.weight")),
             (std::vector<float>{1 / 12.f, 4 / 12.f, 9 / 12.f, 16 / 12.f}));
   EXPECT_EQ(importance_of(m.entries.at("blk.0.ffn_up_exps.weight")), (std::vector<float>{0.5f, 1, 1, 1}));
+}
+
+TEST(Imatrix, HugeImportanceQuantizesAsItsScaledDownSelf) {
+  // Sums near FLT_MAX are finite and valid, but importance * x^2 overflowed in the weighted
+  // fit and the whole tensor came out NaN. Scaled by a power of two, the fit is unchanged.
+  std::vector<float> x(256), small(256);
+  for (int i = 0; i < 256; ++i) {
+    x[static_cast<size_t>(i)] = std::sin(0.37f * static_cast<float>(i)) * 2.5f;
+    small[static_cast<size_t>(i)] = 1.0f + static_cast<float>(i % 7);
+  }
+  ImatrixEntry huge;
+  huge.counts = {1};
+  for (float v : small) huge.in_sum2.push_back(std::ldexp(v, 124));  // up to 7 * 2^124 = 1.5e38
+  const std::vector<float> importance = importance_of(huge);
+  for (float v : importance) ASSERT_TRUE(std::isfinite(v) && v > 0);
+  std::vector<uint8_t> got(144), want(144);  // one Q4_K super-block
+  quantize_row_q4_k_weighted(x.data(), got.data(), 256, importance.data());
+  quantize_row_q4_k_weighted(x.data(), want.data(), 256, small.data());
+  EXPECT_EQ(got, want);
+  std::vector<float> back(256);
+  dequantize_row(DType::Q4_K, got.data(), back.data(), 256);
+  for (float v : back) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(Imatrix, ALegacyCountTheFileCannotHoldIsAnErrorNotAnAllocation) {
+  std::vector<char> b;
+  append<int32_t>(b, 1);
+  append_string(b, "blk.0.attn_k.weight");
+  append<int32_t>(b, 1);           // ncall
+  append<int32_t>(b, 0x7fffffff);  // 8 GiB of values claimed, 8 bytes present
+  append<float>(b, 1.0f);
+  append<float>(b, 2.0f);
+  const std::string path = temp_path("legacy_huge.dat");
+  write_bytes(path, b);
+  EXPECT_NE(error_of([&] { read_imatrix(path); }).find("values needs 8589934588 bytes"), std::string::npos);
+  fs::remove(path);
 }
 
 TEST(Imatrix, ReadsTheLegacyFormat) {
