@@ -4,12 +4,12 @@
 #include "engine/engine.h"
 
 #include <algorithm>
-#include <limits>
 #include <atomic>
 #include <cassert>
 #include <cstdio>
 #include <exception>
 #include <future>
+#include <limits>
 
 #include "engine/engine_impl.h"
 

@@ -145,9 +145,10 @@ struct Engine::Impl {
   void follow_prefills(const SchedulerStep& plan);  // the draft model reads prompt chunks too
   // After the forward pass: r's chunk ended in n_draft drafts; rows: its 1 + n_draft rows.
   void verify(Request& r, float* rows, int32_t n_draft);
+  // Sets the logits of ids the tokenizer lacks (embedding padding) to -inf in n_rows rows.
+  void hide_untokenizable(float* rows, int32_t n_rows) const;
   // Constrained decoding: masks row for state (false, after ending r with an error, when the
   // grammar allows no token), and advances r's matcher by a chosen token.
-  void hide_untokenizable(float* rows, int32_t n_rows) const;
   bool constrain(Request& r, int32_t state, std::span<float> row);
   bool advance_grammar(Request& r, int32_t token);
   void release_draft(Request& r);  // the request no longer holds its draft slot

@@ -96,7 +96,8 @@ int32_t Automaton::node(int32_t pos, int32_t parent) {
 // the reference's continuation below; expansion ends at byte sets (or the empty stack). A
 // worklist, not recursion: a chain of thousands of rules must not overflow the stack.
 void Automaton::expand(int32_t stack, std::vector<int32_t>& out) {
-  std::vector<int32_t> work{stack};
+  std::vector<int32_t>& work = expand_work_;
+  work.assign(1, stack);
   while (!work.empty()) {
     const int32_t top = work.back();
     work.pop_back();

@@ -109,6 +109,7 @@ class Automaton {
   std::vector<int32_t> transitions_;  // [state][256]
   std::vector<bool> complete_, continues_;
   std::vector<int32_t> scratch_;
+  std::vector<int32_t> expand_work_;  // expand's worklist, kept between calls
 };
 
 // A bit per token.

@@ -1,6 +1,7 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 
@@ -77,13 +78,11 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   int64_t blocks_present = 0;
   for (const gguf::TensorInfo& t : f.tensors()) {
     if (t.name.rfind("blk.", 0) != 0) continue;
-    const size_t dot = t.name.find('.', 4);
+    const char* end = t.name.data() + t.name.size();
     int64_t index = 0;
-    for (size_t i = 4; i < std::min(dot, t.name.size()) && index >= 0; ++i) {
-      const bool digit = t.name[i] >= '0' && t.name[i] <= '9';
-      index = digit && index <= c.n_layer ? index * 10 + (t.name[i] - '0') : -1;
-    }
-    blocks_present = std::max(blocks_present, index + 1);
+    const auto [after, ec] = std::from_chars(t.name.data() + 4, end, index);
+    if (ec == std::errc() && after != t.name.data() + 4 && (after == end || *after == '.'))
+      blocks_present = std::max(blocks_present, index + 1);
   }
   if (c.n_layer > blocks_present)
     throw Error(str_cat(f.name(), ": metadata ", p, "block_count = ", c.n_layer, " but the file has tensors for ",
