@@ -84,9 +84,16 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
     if (ec == std::errc() && after != t.name.data() + 4 && (after == end || *after == '.'))
       blocks_present = std::max(blocks_present, index + 1);
   }
-  if (c.n_layer > blocks_present)
+  if (c.n_layer > blocks_present) {
+    // A file with no blocks at all is usually not a model (a vocabulary-only GGUF):
+    // naming the first tensor a model needs says that better than the count does.
+    if (blocks_present == 0) {
+      f.tensor("token_embd.weight");
+      throw Error(str_cat(f.name(), ": metadata ", p, "block_count = ", c.n_layer, " but the file has no blk.N tensors"));
+    }
     throw Error(str_cat(f.name(), ": metadata ", p, "block_count = ", c.n_layer, " but the file has tensors for ",
                         blocks_present, " blocks (blk.0 ... blk.", blocks_present - 1, ")"));
+  }
   c.n_ff = get_i32(f, p + "feed_forward_length");
   c.n_head = get_i32(f, p + "attention.head_count");
   c.n_kv_head = get_i32(f, p + "attention.head_count_kv", c.n_head);

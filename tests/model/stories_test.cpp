@@ -338,5 +338,24 @@ TEST(ModelConfig, BlockCountBeyondTheTensorsIsAClearError) {
   }
 }
 
+TEST(ModelConfig, ABlocklessFileSaysItHasNoBlocks) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.embedding_length", 4);
+  w.set_u32("llama.block_count", 2);
+  const std::vector<float> embd(4 * 8, 0.5f);
+  w.add_tensor("token_embd.weight", DType::F32, {4, 8},
+               std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(embd.data()), embd.size() * sizeof(float)));
+  const std::vector<uint8_t> file = w.to_bytes();
+  try {
+    ModelConfig::from_gguf(gguf::File::parse(file, "empty.gguf"));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("empty.gguf: metadata llama.block_count = 2 but the file has no blk.N tensors"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace ridge
