@@ -76,6 +76,26 @@ void close_socket(int sock) {
   ::close(sock);
 }
 
+// The socket of the request this worker thread is handling; -1 between requests.
+thread_local int t_client_socket = -1;
+
+struct ClientSocketScope {
+  explicit ClientSocketScope(int sock) { t_client_socket = sock; }
+  ~ClientSocketScope() { t_client_socket = -1; }
+  ClientSocketScope(const ClientSocketScope&) = delete;
+  ClientSocketScope& operator=(const ClientSocketScope&) = delete;
+};
+
+// A peer that closed reads as EOF (httplib's is_socket_alive); one that sent more (a
+// pipelined request) or nothing is still there.
+bool peer_connected(int sock) {
+  pollfd r{sock, POLLIN, 0};
+  if (::poll(&r, 1, 0) <= 0) return true;
+  if (r.revents & (POLLERR | POLLNVAL)) return false;
+  char byte;
+  return ::recv(sock, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 // A stream over one request that reception has read whole: httplib parses it from
 // memory and never waits on the client for it; responses go straight to the socket.
 class RequestStream : public httplib::Stream {
@@ -87,11 +107,7 @@ class RequestStream : public httplib::Stream {
   bool is_writable() const override {
     pollfd p{sock_, POLLOUT, 0};
     if (::poll(&p, 1, static_cast<int>(write_timeout_.count())) <= 0 || (p.revents & (POLLERR | POLLHUP))) return false;
-    // Writable is not alive: a peer that closed reads as EOF (httplib's is_socket_alive).
-    pollfd r{sock_, POLLIN, 0};
-    if (::poll(&r, 1, 0) <= 0) return true;
-    char byte;
-    return ::recv(sock_, &byte, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+    return peer_connected(sock_);  // writable is not alive
   }
   ssize_t read(char* ptr, size_t size) override {
     size_t n = std::min(size, request_.size() - read_);
@@ -514,12 +530,18 @@ bool GuardedHttpServer::process_and_close_socket(socket_t sock) {
   return true;
 }
 
+bool client_connected() { return t_client_socket < 0 || peer_connected(t_client_socket); }
+
 void GuardedHttpServer::serve(std::unique_ptr<Connection> conn) {
   ++conn->served;
   const bool last = conn->close_after || conn->served >= limits_.max_requests_per_connection || closed_.load();
   RequestStream stream(conn->sock, std::string_view(conn->bytes).substr(0, conn->request_end), limits_.write_timeout);
   bool connection_closed = false;
-  const bool ok = process_request(stream, last, connection_closed, nullptr);
+  bool ok = false;
+  {
+    ClientSocketScope current(conn->sock);
+    ok = process_request(stream, last, connection_closed, nullptr);
+  }
   if (!ok || last || connection_closed) {
     reception_->close(*conn);
     return;

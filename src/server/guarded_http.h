@@ -39,6 +39,11 @@ struct ConnectionLimits {
 // per refusal, so it may also count them.
 using RefusalBody = std::function<std::string(int status)>;
 
+// Whether the client of the request this thread is handling is still connected: false
+// once it has closed its socket. For handlers that wait before they answer (a response
+// not streamed); always true on a thread that is not one of GuardedHttpServer's workers.
+bool client_connected();
+
 class GuardedHttpServer : public httplib::Server {
  public:
   GuardedHttpServer(ConnectionLimits limits, RefusalBody refusal_body);

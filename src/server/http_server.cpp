@@ -42,8 +42,8 @@ bool same_secret(const std::string& a, const std::string& b) {
 }
 
 // One in-flight completion request: its choices' streams and what they produced so far.
-// Shared by the content provider and its releaser, which cancels whatever is unfinished
-// if the response is dropped (client gone before or while streaming).
+// Streaming, shared by the content provider and its releaser, which cancels whatever is
+// unfinished if the response is dropped (client gone before or while streaming).
 struct Exchange {
   ApiRequest request;
   ResponseMeta meta;
@@ -51,7 +51,7 @@ struct Exchange {
   std::vector<ChoiceResult> results;
   std::vector<bool> finished;
   std::vector<size_t> text_offsets;  // completions logprobs: text emitted so far per choice
-  bool failed = false;               // an error body was written instead of a result
+  int failure_status = 0;            // not 0: an error body with this status replaced the result
   // Chat with tools: the syntax of the model's calls, and per choice (streaming) the
   // parser that splits its text into content and calls.
   ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
@@ -76,12 +76,39 @@ struct EmbeddingExchange {
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<bool> finished;
   int64_t prompt_tokens = 0;
+  int failure_status = 0;  // as for Exchange
 
   void cancel_unfinished() {
     for (size_t i = 0; i < streams.size(); ++i)
       if (!finished[i]) streams[i]->cancel();
   }
 };
+
+// The status and message of a request the engine ended without a result.
+std::pair<int, std::string> ended_early(const StreamEvent& event, const std::string& while_doing) {
+  if (event.finish_reason == FinishReason::kError)
+    return {500, str_cat("The engine failed while ", while_doing, ": ", event.error)};
+  return {503, "The request was cancelled because the server is shutting down."};
+}
+
+// A response that is not streamed is collected whole before anything is sent, so its
+// status can still say how it ended (500 when the engine failed, 503 when the server is
+// shutting down). `relay` writes the body to the sink it is given, whose is_writable
+// watches the client's socket meanwhile; it returns false when the client went away.
+template <class Relay>
+void answer_whole(httplib::Response& res, const int& failure_status, Relay&& relay) {
+  std::string body;
+  httplib::DataSink sink;
+  sink.write = [&body](const char* data, size_t n) {
+    body.append(data, n);
+    return true;
+  };
+  sink.is_writable = [] { return client_connected(); };
+  sink.done = [] {};
+  if (!relay(sink)) return;  // nobody to answer
+  res.status = failure_status != 0 ? failure_status : 200;
+  res.set_content(std::move(body), "application/json");
+}
 
 // An engine refusal as the API gives it; a full queue is OpenAI's rate-limit shape (type
 // "requests", code "rate_limit_exceeded") with Retry-After.
@@ -181,7 +208,7 @@ struct Server::Impl {
   // Streaming with tools: the event's text through the choice's parser, as content and
   // tool-call chunks.
   bool stream_tool_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const;
-  static bool write_failure(Exchange& ex, httplib::DataSink& sink, const std::string& message);
+  static bool write_failure(Exchange& ex, httplib::DataSink& sink, int status, const std::string& message);
   json models_json() const;
 };
 
@@ -424,33 +451,41 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     send_error(res, ApiError(400, e.what()));
     return;
   }
-  // Both kinds answer through a chunked provider: it is where a disconnected client can
-  // be noticed (sink.is_writable) and its request cancelled, even before any output.
-  const char* type = ex->request.stream ? "text/event-stream" : "application/json";
-  if (ex->request.stream) res.set_header("Cache-Control", "no-cache");
+  auto relay_or_fail = [this, ex](httplib::DataSink& sink) {
+    bool ok = false;
+    try {
+      ok = relay(*ex, sink);
+    } catch (const std::exception& e) {
+      ok = write_failure(*ex, sink, 500, str_cat("Internal server error: ", e.what()));
+    }
+    ex->cancel_unfinished();
+    return ok;  // false: the client is gone
+  };
+  if (!ex->request.stream) {
+    answer_whole(res, ex->failure_status, relay_or_fail);
+    return;
+  }
+  // A stream answers through a chunked provider: where a client that went away is noticed
+  // (sink.is_writable) and its request cancelled, even before any output.
+  res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
-      type,
-      [this, ex](size_t, httplib::DataSink& sink) {
-        bool ok = false;
-        try {
-          ok = relay(*ex, sink);
-        } catch (const std::exception& e) {
-          ok = write_failure(*ex, sink, str_cat("Internal server error: ", e.what()));
-        }
-        ex->cancel_unfinished();
+      "text/event-stream",
+      [relay_or_fail](size_t, httplib::DataSink& sink) {
+        const bool ok = relay_or_fail(sink);
         if (ok) sink.done();
-        return ok;  // false drops the connection: the client is gone
+        return ok;  // false drops the connection
       },
       [ex](bool) { ex->cancel_unfinished(); });
 }
 
-bool Server::Impl::write_failure(Exchange& ex, httplib::DataSink& sink, const std::string& message) {
-  // The status line is out already, so the error goes in the body: the JSON error object,
-  // or an SSE event holding it (OpenAI's clients raise on an "error" event).
+bool Server::Impl::write_failure(Exchange& ex, httplib::DataSink& sink, int status, const std::string& message) {
+  // The JSON error object replaces the result (answer_whole sends it with `status`); a
+  // stream has sent its status line already, so there it is an SSE event (OpenAI's
+  // clients raise on an "error" event).
   ex.cancel_unfinished();
   ex.finished.assign(ex.finished.size(), true);
-  ex.failed = true;
-  std::string body = dump_json(error_json(ApiError(500, message)));
+  ex.failure_status = status;
+  std::string body = dump_json(error_json(ApiError(status, message)));
   if (ex.request.stream) body = "data: " + body + "\n\n";
   return sink.write(body.data(), body.size());
 }
@@ -482,7 +517,7 @@ bool Server::Impl::relay(Exchange& ex, httplib::DataSink& sink) const {
       last_check = Clock::now();
     }
   }
-  if (ex.failed) return true;
+  if (ex.failure_status != 0) return true;
 
   if (stream) {
     if (ex.request.include_usage && !write(sse_event(usage_chunk(ex.meta, total_usage(ex.results))))) return false;
@@ -499,11 +534,9 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
   if (event.finished &&
       (event.finish_reason == FinishReason::kError || event.finish_reason == FinishReason::kCancelled)) {
     // Not the client's doing (a disconnect never gets here): an engine failure, or the
-    // engine stopping. The status is already sent, so the error goes in the body.
-    std::string message = event.finish_reason == FinishReason::kError
-                              ? str_cat("The engine failed while generating: ", event.error)
-                              : std::string("The request was cancelled because the server is shutting down.");
-    return write_failure(ex, sink, message);
+    // engine stopping.
+    const auto [status, message] = ended_early(event, "generating");
+    return write_failure(ex, sink, status, message);
   }
   if (!ex.request.stream) return true;
   if (ex.tool_syntax != ToolCallSyntax::kNone) return stream_tool_event(ex, choice, event, sink);
@@ -610,23 +643,18 @@ void Server::Impl::handle_embeddings(const httplib::Request& req, httplib::Respo
     send_error(res, ApiError(400, e.what()));
     return;
   }
-  // A chunked provider, as for completions: where a client that went away is noticed and
-  // its inputs cancelled.
-  res.set_chunked_content_provider(
-      "application/json",
-      [this, ex](size_t, httplib::DataSink& sink) {
-        bool ok = false;
-        try {
-          ok = relay_embeddings(*ex, sink);
-        } catch (const std::exception& e) {
-          const std::string body = dump_json(error_json(ApiError(500, str_cat("Internal server error: ", e.what()))));
-          ok = sink.write(body.data(), body.size());
-        }
-        ex->cancel_unfinished();
-        if (ok) sink.done();
-        return ok;
-      },
-      [ex](bool) { ex->cancel_unfinished(); });
+  answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) {
+    bool ok = false;
+    try {
+      ok = relay_embeddings(*ex, sink);
+    } catch (const std::exception& e) {
+      ex->failure_status = 500;
+      const std::string body = dump_json(error_json(ApiError(500, str_cat("Internal server error: ", e.what()))));
+      ok = sink.write(body.data(), body.size());
+    }
+    ex->cancel_unfinished();
+    return ok;
+  });
 }
 
 bool Server::Impl::relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const {
@@ -643,13 +671,11 @@ bool Server::Impl::relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& si
       if (!event.finished) continue;
       ex.finished[i] = true;
       if (event.finish_reason != FinishReason::kLength) {
-        // The status is out already: the error goes in the body, as for completions.
         ex.cancel_unfinished();
         ex.finished.assign(ex.finished.size(), true);
-        const std::string message = event.finish_reason == FinishReason::kError
-                                        ? str_cat("The engine failed while embedding input ", i, ": ", event.error)
-                                        : std::string("The request was cancelled because the server is shutting down.");
-        return write(dump_json(error_json(ApiError(500, message))));
+        const auto [status, message] = ended_early(event, str_cat("embedding input ", i));
+        ex.failure_status = status;
+        return write(dump_json(error_json(ApiError(status, message))));
       }
     }
   }

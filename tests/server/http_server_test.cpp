@@ -203,6 +203,30 @@ TEST_F(HttpServerTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(ok["usage"]["completion_tokens"], 2);
 }
 
+TEST_F(HttpServerTest, AnEngineFailureIsA500UnlessTheStreamHasBegun) {
+  // A grammar with 2^n parses after n bytes: the engine gives up on it part way through.
+  const json body = {{"prompt", "Once upon a time"},
+                     {"max_tokens", 60},
+                     {"temperature", 0},
+                     {"grammar", R"(root ::= [a-z ,] root "y" | [a-z ,] root "z" | "")"}};
+  const json failed = post("/v1/completions", body.dump(), 500);
+  EXPECT_EQ(failed["error"]["type"], "server_error") << failed;
+  EXPECT_NE(failed["error"]["message"].get<std::string>().find("too ambiguous"), std::string::npos) << failed;
+
+  // Streamed, the 200 is out before the failure: the error is an SSE event, and no [DONE].
+  json streamed = body;
+  streamed["stream"] = true;
+  auto res = client().Post("/v1/completions", streamed.dump(), "application/json");
+  ASSERT_TRUE(res);
+  EXPECT_EQ(res->status, 200);
+  EXPECT_NE(res->body.find("data: {\"error\""), std::string::npos) << res->body;
+  EXPECT_NE(res->body.find("too ambiguous"), std::string::npos) << res->body;
+  EXPECT_EQ(res->body.find("[DONE]"), std::string::npos) << res->body;
+
+  // The server goes on serving.
+  EXPECT_EQ(post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", 200)["usage"]["completion_tokens"], 2);
+}
+
 // Where a client hangs up on a completion it asked for.
 enum class HangUp {
   kBeforeReading,     // sends the request and closes at once: gone before it is submitted
@@ -279,7 +303,7 @@ TEST_F(HttpServerTest, DisconnectCancelsTheRequestAndFreesItsBlocks) {
                                                     {true, 1, HangUp::kAfterTwentyEvents},
                                                     {true, 4, HangUp::kAfterFirstEvent},
                                                     {false, 1, HangUp::kBeforeReading},
-                                                    {false, 4, HangUp::kAfterHeaders}}) {
+                                                    {false, 4, HangUp::kBeforeReading}}) {
     SCOPED_TRACE(std::string(c.stream ? "streaming" : "not streaming") + ", n=" + std::to_string(c.n) +
                  ", hung up " + hang_up_name(c.when));
     const std::string before = quiet_metrics_text();
