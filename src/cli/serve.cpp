@@ -3,10 +3,13 @@
 // (requests in flight end, the engine loop joins).
 #include <CLI/CLI.hpp>
 
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -28,6 +31,41 @@
 
 namespace ridge::cli {
 namespace {
+
+// Ctrl-C and SIGTERM: the handler only writes the signal's number to a pipe, which a
+// waiter thread reads to stop the server. (A handler, not sigwait with the signals
+// blocked: libraries start threads of their own before main, OpenBLAS its pool, and a
+// signal delivered to one of those would take its default action and kill the process
+// in the middle of every response.)
+int g_stop_pipe[2] = {-1, -1};
+
+void on_stop_signal(int sig) {
+  const auto byte = static_cast<unsigned char>(sig);
+  [[maybe_unused]] const ssize_t n = ::write(g_stop_pipe[1], &byte, 1);
+}
+
+void install_stop_handlers() {
+  if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) throw Error(str_cat("serve: pipe failed: ", std::strerror(errno)));
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+  sigaction(SIGTERM, &action, nullptr);
+}
+
+// Blocks until a stop signal (its number) or wake_stop_waiter (0).
+int wait_for_stop_signal() {
+  unsigned char byte = 0;
+  while (::read(g_stop_pipe[0], &byte, 1) < 0 && errno == EINTR) {
+  }
+  return byte;
+}
+
+void wake_stop_waiter() {
+  const unsigned char zero = 0;
+  [[maybe_unused]] const ssize_t n = ::write(g_stop_pipe[1], &zero, 1);
+}
 
 struct ServeOptions {
   std::string model;
@@ -73,15 +111,8 @@ void serve(const ServeOptions& opt) {
     if (!(t > 0 && t <= 3600)) throw Error(str_cat("--header/--body/--idle-timeout must be in (0, 3600] seconds, got ", t));
   if (opt.port < 0 || opt.port > 65535) throw Error(str_cat("--port must be in 0..65535, got ", opt.port));
 
-  // Signals go to one waiting thread (below), not to whichever thread they hit: block
-  // them before any thread exists, so every thread inherits the mask. A client that
-  // disconnects must not kill the process with SIGPIPE.
+  // A client that disconnects must not kill the process with SIGPIPE.
   signal(SIGPIPE, SIG_IGN);
-  sigset_t stop_signals;
-  sigemptyset(&stop_signals);
-  sigaddset(&stop_signals, SIGINT);
-  sigaddset(&stop_signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
   std::string path = resolve_model_path(opt.model);
   std::unique_ptr<Communicator> comm = dist::start_mpi(opt.tp);
@@ -92,6 +123,9 @@ void serve(const ServeOptions& opt) {
                                    .n_ctx = opt.n_ctx},
                                   comm.get());
   if (!model) return;
+  // Only here, on the serving rank: a tensor-parallel worker ends on mpirun's SIGTERM as
+  // any process does, and Ctrl-C while loading just ends the process.
+  install_stop_handlers();
   Tokenizer tokenizer = Tokenizer::from_gguf(model->file());
   std::optional<ChatTemplate> chat_template;
   try {
@@ -150,8 +184,8 @@ void serve(const ServeOptions& opt) {
 
   std::atomic<bool> signalled = false;
   std::thread signal_waiter([&] {
-    int sig = 0;
-    sigwait(&stop_signals, &sig);
+    const int sig = wait_for_stop_signal();
+    if (sig == 0) return;
     signalled = true;
     std::fprintf(stderr, "serve: signal %d, stopping\n", sig);
     // The engine first: it ends every unfinished request (their clients get an error
@@ -161,7 +195,7 @@ void serve(const ServeOptions& opt) {
   });
   server.run();
   // run() also returns if listening fails; wake the waiter so it can be joined.
-  if (!signalled) pthread_kill(signal_waiter.native_handle(), SIGTERM);
+  if (!signalled) wake_stop_waiter();
   signal_waiter.join();
   engine.stop();
   std::fprintf(stderr, "serve: stopped\n");

@@ -1,7 +1,6 @@
 #include "cli/tp_flags.h"
 
 #include <CLI/CLI.hpp>
-#include <csignal>
 
 namespace ridge::cli {
 
@@ -16,13 +15,6 @@ std::unique_ptr<Model> load_model_on_rank(const std::string& path, ModelOptions 
   options.comm = comm;
   std::unique_ptr<Model> model = Model::load(path, options);
   if (!model->is_tp_worker()) return model;
-  // No signal thread here (ridge serve blocks SIGINT and SIGTERM for its own): mpirun's
-  // SIGTERM must end a worker as it would any process.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_UNBLOCK, &signals, nullptr);
   model->run_tp_worker();
   return nullptr;
 }

@@ -437,3 +437,42 @@ def test_full_queue_is_429_with_retry_after():
                 assert err["code"] == "rate_limit_exceeded" and err["type"] == "requests"
         server.wait_idle()
         still_serving(server)
+
+
+def test_sigterm_ends_requests_in_flight_with_errors_and_a_clean_exit():
+    """Ctrl-C or SIGTERM while generating: requests in flight end at once with an error
+    (503 before a response began, an SSE error event after), and the process exits 0. (It
+    used to die by the signal whenever the signal landed on one of OpenBLAS's threads.)"""
+    import concurrent.futures as cf
+    path = cached_model("gemma3-270m")
+    if path is None:
+        pytest.skip("gemma3-270m is not in the model cache (scripts/fetch-models gemma3-270m)")
+    server = RidgeServer(path, "--parallel", 2, "-c", 4096, "--alias", "gemma3-270m")
+    try:
+        body = {"prompt": "Once upon a time", "max_tokens": 4000, "ignore_eos": True}
+
+        def streamed():
+            req = urllib.request.Request(server.base_url + "/v1/completions", method="POST",
+                                         data=json.dumps({**body, "stream": True}).encode(),
+                                         headers={"Content-Type": "application/json"})
+            with urllib.request.urlopen(req, timeout=120) as r:
+                return r.status, r.read().decode()
+
+        with cf.ThreadPoolExecutor(2) as pool:
+            whole = pool.submit(server.request, "POST", "/v1/completions", body, None, 120)
+            stream = pool.submit(streamed)
+            deadline = time.monotonic() + 60
+            while server.metrics()["ridge_generation_tokens_total"] < 20:
+                assert time.monotonic() < deadline, "no generation within 60 s"
+                time.sleep(0.05)
+            server.proc.send_signal(signal.SIGTERM)
+            assert server.proc.wait(timeout=30) == 0, server.log_text()
+            status, _, raw = whole.result(timeout=30)
+            stream_status, events = stream.result(timeout=30)
+        assert status == 503, raw
+        assert "shutting down" in json.loads(raw)["error"]["message"]
+        assert stream_status == 200
+        assert '"error"' in events and "shutting down" in events and "[DONE]" not in events, events[-500:]
+        assert "serve: stopped" in server.log_text()
+    finally:
+        server.stop()
