@@ -69,7 +69,7 @@ struct Exchange {
 };
 
 // One /v1/embeddings request: an engine request per input, each pooling its hidden
-// states as the engine computes them. The releaser cancels what is unfinished.
+// states as the engine computes them. Whatever is unfinished is cancelled at the end.
 struct EmbeddingExchange {
   EmbeddingsRequest request;
   std::vector<std::shared_ptr<EmbeddingPool>> pools;
