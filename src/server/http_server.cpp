@@ -50,7 +50,7 @@ struct Exchange {
   std::vector<std::shared_ptr<RequestStream>> streams;
   std::vector<ChoiceResult> results;
   std::vector<bool> finished;
-  std::vector<size_t> text_offsets;  // completions logprobs: text emitted so far per choice
+  std::vector<size_t> text_offsets;  // completions logprobs: characters of the tokens so far per choice
   int failure_status = 0;            // not 0: an error body with this status replaced the result
   // Chat with tools: the syntax of the model's calls, and per choice (streaming) the
   // parser that splits its text into content and calls.
@@ -545,8 +545,10 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
   if (!event.text.empty() || (ex.request.logprobs && !event.tokens.empty())) {
     if (!write(sse_event(text_chunk(ex.meta, index, event, engine.tokenizer(), ex.request, ex.text_offsets[choice]))))
       return false;
-    ex.text_offsets[choice] += event.text.size();
   }
+  // Counted over the tokens, as a whole response counts them: the text an event carries
+  // differs from its tokens' while a stop string holds some back.
+  if (ex.request.logprobs) ex.text_offsets[choice] += pieces_length(engine.tokenizer(), event.tokens);
   if (event.finished && !write(sse_event(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage))))
     return false;
   return true;

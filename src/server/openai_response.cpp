@@ -101,6 +101,18 @@ const char* api_finish_reason(FinishReason reason, bool made_tool_calls) {
   return reason == FinishReason::kLength ? "length" : "stop";
 }
 
+size_t text_length(std::string_view utf8) {
+  size_t n = 0;
+  for (const char c : utf8) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80 ? 1 : 0;
+  return n;
+}
+
+size_t pieces_length(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens) {
+  size_t n = 0;
+  for (const int32_t t : tokens) n += text_length(tokenizer.token_to_piece(t));
+  return n;
+}
+
 json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                    const std::vector<float>& logprobs, const std::vector<std::vector<TokenLogprob>>& top_logprobs,
                    bool with_top, size_t text_offset_base) {
@@ -117,7 +129,7 @@ json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vec
       toks.push_back(piece);
       lps.push_back(logprobs[i]);
       offsets.push_back(offset);
-      offset += piece.size();
+      offset += text_length(piece);
       json alternatives = json::object();
       if (const auto* top = top_at(i))
         for (const TokenLogprob& t : *top) alternatives[tokenizer.token_to_piece(t.token)] = t.logprob;

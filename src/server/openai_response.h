@@ -10,8 +10,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/engine.h"
@@ -75,9 +77,17 @@ nlohmann::json speculative_json(SpecMethod method, const Usage& usage);
 // when the choice made tool calls.
 const char* api_finish_reason(FinishReason reason, bool made_tool_calls = false);
 
+// Characters (code points) in UTF-8 text, as clients index the text they get: a piece
+// that ends inside a character counts that character once, at its first byte.
+size_t text_length(std::string_view utf8);
+// text_length of the tokens' pieces one after another: where the next token's
+// text_offset is, counted from the first of them.
+size_t pieces_length(const Tokenizer& tokenizer, const std::vector<int32_t>& tokens);
+
 // The logprobs object of a choice or chunk for tokens [begin, end) of these arrays:
-// completions {tokens, token_logprobs, top_logprobs, text_offset} (text_offset counted from
-// text_offset_base), chat {content: [{token, logprob, bytes, top_logprobs}], refusal}.
+// completions {tokens, token_logprobs, top_logprobs, text_offset} (text_offset in
+// characters, counted from text_offset_base), chat {content: [{token, logprob, bytes,
+// top_logprobs}], refusal}.
 nlohmann::json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                              const std::vector<float>& logprobs,
                              const std::vector<std::vector<TokenLogprob>>& top_logprobs, bool with_top,

@@ -227,6 +227,37 @@ TEST_F(HttpServerTest, AnEngineFailureIsA500UnlessTheStreamHasBegun) {
   EXPECT_EQ(post("/v1/completions", R"({"prompt": "Once", "max_tokens": 2})", 200)["usage"]["completion_tokens"], 2);
 }
 
+TEST_F(HttpServerTest, StreamedTextOffsetsAreTheWholeResponsesWhileAStopStringHoldsTextBack) {
+  // "e!!" never matches, but holds back every "e" the text ends in until the next token.
+  json body = {{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0},
+               {"logprobs", 1},            {"stop", json::array({"e!!"})}};
+  const json whole = post("/v1/completions", body.dump(), 200)["choices"][0];
+  const json& offsets = whole["logprobs"]["text_offset"];
+  const json& tokens = whole["logprobs"]["tokens"];
+  ASSERT_EQ(offsets.size(), 40u);
+  const std::string text = whole["text"];
+  for (size_t i = 0; i < tokens.size(); ++i) {  // each token is found at its offset (the text is ASCII)
+    const std::string piece = tokens[i];
+    EXPECT_EQ(text.substr(offsets[i].get<size_t>(), piece.size()), piece) << i;
+  }
+
+  body["stream"] = true;
+  auto res = client().Post("/v1/completions", body.dump(), "application/json");
+  ASSERT_TRUE(res);
+  json streamed = json::array();
+  int held_back = 0;  // events whose text is not their tokens'
+  for (size_t at = res->body.find("data: {"); at != std::string::npos; at = res->body.find("data: {", at + 1)) {
+    const json choice = json::parse(res->body.substr(at + 6, res->body.find("\n\n", at) - at - 6))["choices"][0];
+    if (choice["logprobs"].is_null()) continue;
+    std::string pieces;
+    for (const json& t : choice["logprobs"]["tokens"]) pieces += t.get<std::string>();
+    held_back += pieces != choice["text"] ? 1 : 0;
+    for (const json& o : choice["logprobs"]["text_offset"]) streamed.push_back(o);
+  }
+  EXPECT_GT(held_back, 0) << "the stop string held nothing back: the test tests nothing";
+  EXPECT_EQ(streamed, offsets);
+}
+
 // Where a client hangs up on a completion it asked for.
 enum class HangUp {
   kBeforeReading,     // sends the request and closes at once: gone before it is submitted

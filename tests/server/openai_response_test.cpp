@@ -112,6 +112,31 @@ TEST(CompletionResponse, WholeResponseWithLogprobs) {
   EXPECT_EQ(r["usage"]["completion_tokens"], 2 * ids.size());
 }
 
+TEST(CompletionResponse, TextOffsetsCountCharactersNotBytes) {
+  // Clients index the text with them: "héllo wörld"[7] is 'ö', byte 8 of its UTF-8.
+  EXPECT_EQ(text_length("h\xC3\xA9llo w"), 7u);
+  // A character split between two pieces is counted once, with the piece that starts it.
+  EXPECT_EQ(text_length("\xC3"), 1u);
+  EXPECT_EQ(text_length("\xA9llo"), 3u);
+  const Tokenizer& tok = stories_tokenizer();
+  const std::vector<int32_t> ids = tok.encode("h\xC3\xA9llo w\xC3\xB6rld", false);
+  EXPECT_EQ(pieces_length(tok, ids), 12u);  // " héllo wörld": SentencePiece adds the space
+  ResponseMeta meta = make_response_meta(Endpoint::kCompletions, "m");
+  ApiRequest req;
+  req.logprobs = true;
+  ChoiceResult c;
+  StreamEvent ev;
+  ev.tokens = ids;
+  ev.logprobs.assign(ids.size(), -0.5f);
+  ev.finished = true;
+  c.add(ev);
+  const json offsets = response_json(meta, {c}, tok, req)["choices"][0]["logprobs"]["text_offset"];
+  ASSERT_EQ(offsets.size(), ids.size());
+  for (size_t i = 1; i < ids.size(); ++i)
+    EXPECT_EQ(offsets[i].get<size_t>(), offsets[i - 1].get<size_t>() + text_length(tok.token_to_piece(ids[i - 1])));
+  EXPECT_LT(offsets.back().get<size_t>(), 12u);
+}
+
 TEST(ChatResponse, MessageAndChatLogprobs) {
   const Tokenizer& tok = stories_tokenizer();
   ResponseMeta meta = make_response_meta(Endpoint::kChatCompletions, "m");
