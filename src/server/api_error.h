@@ -32,5 +32,6 @@ nlohmann::json error_json(const ApiError& error);
 // The JSON text of a value for the wire: invalid UTF-8 (a token piece that is half of a
 // character) is replaced by U+FFFD rather than throwing.
 std::string dump_json(const nlohmann::json& value);
+std::string dump_json(const nlohmann::ordered_json& value);
 
 }  // namespace ridge::server

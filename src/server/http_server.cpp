@@ -556,7 +556,7 @@ bool Server::Impl::on_event(Exchange& ex, size_t choice, const StreamEvent& even
 
 bool Server::Impl::stream_tool_event(Exchange& ex, size_t choice, const StreamEvent& event,
                                      httplib::DataSink& sink) const {
-  auto write = [&](const json& chunk) {
+  auto write = [&](const ResponseJson& chunk) {
     const std::string s = sse_event(chunk);
     return sink.write(s.data(), s.size());
   };
@@ -587,7 +587,7 @@ bool Server::Impl::stream_tool_event(Exchange& ex, size_t choice, const StreamEv
     if (ex.request.logprobs && !tokens_sent &&
         !write(text_chunk(ex.meta, index, next_event(""), engine.tokenizer(), ex.request, 0)))
       return false;
-    for (const json& chunk :
+    for (const ResponseJson& chunk :
          tool_call_chunks(ex.meta, index, call_index++, new_tool_call_id(), p.call, ex.request.include_usage))
       if (!write(chunk)) return false;
   }

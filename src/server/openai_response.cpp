@@ -8,7 +8,7 @@
 
 namespace ridge::server {
 
-using nlohmann::json;
+using json = ResponseJson;
 
 namespace {
 

@@ -23,6 +23,10 @@
 
 namespace ridge::server {
 
+// Responses keep their keys in the order written, as OpenAI sends them: a completion's
+// top_logprobs most likely first, not alphabetical.
+using ResponseJson = nlohmann::ordered_json;
+
 inline constexpr const char* kSseDone = "data: [DONE]\n\n";
 inline constexpr const char* kSystemFingerprint = "fp_ridge_0_1";
 
@@ -67,11 +71,11 @@ struct Usage {
 // Prompt counted once (all choices share it), completion and speculative tokens summed
 // over choices.
 Usage total_usage(const std::vector<ChoiceResult>& choices);
-nlohmann::json usage_json(const Usage& usage);
+ResponseJson usage_json(const Usage& usage);
 // The ridge extension beside "usage" when the server runs speculative decoding:
 // {"proposer", "num_drafts", "num_draft_tokens", "num_accepted_tokens"} (vLLM's metric
 // names, for this response).
-nlohmann::json speculative_json(SpecMethod method, const Usage& usage);
+ResponseJson speculative_json(SpecMethod method, const Usage& usage);
 
 // "stop" or "length" (cancelled and error requests never reach a response); "tool_calls"
 // when the choice made tool calls.
@@ -88,14 +92,14 @@ size_t pieces_length(const Tokenizer& tokenizer, const std::vector<int32_t>& tok
 // completions {tokens, token_logprobs, top_logprobs, text_offset} (text_offset in
 // characters, counted from text_offset_base), chat {content: [{token, logprob, bytes,
 // top_logprobs}], refusal}.
-nlohmann::json logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
+ResponseJson logprobs_json(Endpoint endpoint, const Tokenizer& tokenizer, const std::vector<int32_t>& tokens,
                              const std::vector<float>& logprobs,
                              const std::vector<std::vector<TokenLogprob>>& top_logprobs, bool with_top,
                              size_t text_offset_base);
 
 // A whole non-streaming response. With tool_syntax (chat, tools active), each choice's
 // text is split into message.content (null when empty) and message.tool_calls.
-nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
+ResponseJson response_json(const ResponseMeta& meta, const std::vector<ChoiceResult>& choices,
                              const Tokenizer& tokenizer, const ApiRequest& request,
                              ToolCallSyntax tool_syntax = ToolCallSyntax::kNone);
 
@@ -103,19 +107,19 @@ nlohmann::json response_json(const ResponseMeta& meta, const std::vector<ChoiceR
 // event's text (and logprobs); finish_chunk closes a choice with its finish_reason;
 // usage_chunk is the final chunk of stream_options.include_usage (empty choices; with
 // "speculative" when meta.spec_method is not kNone, as the whole response).
-nlohmann::json role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage);
-nlohmann::json text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& event,
+ResponseJson role_chunk(const ResponseMeta& meta, int32_t index, bool include_usage);
+ResponseJson text_chunk(const ResponseMeta& meta, int32_t index, const StreamEvent& event,
                           const Tokenizer& tokenizer, const ApiRequest& request, size_t text_offset_base);
-nlohmann::json finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage,
+ResponseJson finish_chunk(const ResponseMeta& meta, int32_t index, FinishReason reason, bool include_usage,
                             bool made_tool_calls = false);
 // A chat tool call streamed as OpenAI streams one: a chunk opening it (delta.tool_calls
 // [{index, id, type, function: {name, arguments: ""}}]) and one with its arguments.
-std::vector<nlohmann::json> tool_call_chunks(const ResponseMeta& meta, int32_t index, int32_t call_index,
+std::vector<ResponseJson> tool_call_chunks(const ResponseMeta& meta, int32_t index, int32_t call_index,
                                              const std::string& call_id, const ParsedToolCall& call,
                                              bool include_usage);
-nlohmann::json usage_chunk(const ResponseMeta& meta, const Usage& usage);
+ResponseJson usage_chunk(const ResponseMeta& meta, const Usage& usage);
 
 // "data: <json>\n\n"
-std::string sse_event(const nlohmann::json& value);
+std::string sse_event(const ResponseJson& value);
 
 }  // namespace ridge::server

@@ -112,6 +112,31 @@ TEST(CompletionResponse, WholeResponseWithLogprobs) {
   EXPECT_EQ(r["usage"]["completion_tokens"], 2 * ids.size());
 }
 
+TEST(CompletionResponse, TopLogprobsKeepTheMostLikelyFirst) {
+  // A JSON object's keys come out in the order written (clients keep it): by probability,
+  // as OpenAI sends them, not alphabetically.
+  const Tokenizer& tok = stories_tokenizer();
+  const int32_t zebra = tok.encode(" z", false).back(), apple = tok.encode(" a", false).back();
+  const std::string z_piece(tok.token_to_piece(zebra)), a_piece(tok.token_to_piece(apple));
+  ASSERT_GT(z_piece, a_piece);
+  ResponseMeta meta = make_response_meta(Endpoint::kCompletions, "m");
+  ApiRequest req;
+  req.logprobs = true;
+  req.top_logprobs = 2;
+  StreamEvent ev;
+  ev.tokens = {zebra};
+  ev.logprobs = {-0.1f};
+  ev.top_logprobs = {{{zebra, -0.1f}, {apple, -2.5f}}};
+  const std::string text = sse_event(text_chunk(meta, 0, ev, tok, req, 0));
+  const size_t top = text.find("\"top_logprobs\"");
+  ASSERT_NE(top, std::string::npos) << text;
+  const size_t z_at = text.find("\"" + z_piece + "\":", top), a_at = text.find("\"" + a_piece + "\":", top);
+  ASSERT_NE(a_at, std::string::npos) << text;
+  EXPECT_LT(z_at, a_at) << text;
+  // And the object itself leads with its id, as OpenAI's do.
+  EXPECT_EQ(text.rfind("data: {\"id\":", 0), 0u) << text;
+}
+
 TEST(CompletionResponse, TextOffsetsCountCharactersNotBytes) {
   // Clients index the text with them: "héllo wörld"[7] is 'ö', byte 8 of its UTF-8.
   EXPECT_EQ(text_length("h\xC3\xA9llo w"), 7u);

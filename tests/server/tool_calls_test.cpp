@@ -370,10 +370,10 @@ TEST(ToolsResponse, WholeResponseCarriesCallsAndNullContent) {
 
 TEST(ToolsResponse, StreamedCallChunks) {
   ResponseMeta meta = make_response_meta(Endpoint::kChatCompletions, "m");
-  std::vector<nlohmann::json> chunks =
+  std::vector<ResponseJson> chunks =
       tool_call_chunks(meta, 0, 1, "call_x", ParsedToolCall{"f", R"({"a":1})"}, /*include_usage=*/false);
   ASSERT_EQ(chunks.size(), 2u);
-  const nlohmann::json& open = chunks[0]["choices"][0]["delta"]["tool_calls"][0];
+  const ResponseJson& open = chunks[0]["choices"][0]["delta"]["tool_calls"][0];
   EXPECT_EQ(open["index"], 1);
   EXPECT_EQ(open["id"], "call_x");
   EXPECT_EQ(open["type"], "function");
