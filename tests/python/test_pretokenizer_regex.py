@@ -21,10 +21,11 @@ import pathlib
 import random
 import subprocess
 import sys
-import unicodedata
-
 import pytest
 import regex
+
+# The Unicode version ridge's tables and llama.cpp's are made from (scripts/gen-unicode-data).
+unicodedata = pytest.importorskip("unicodedata2")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = pathlib.Path(os.environ.get("RIDGE_FIXTURES", ROOT.parent / "shared" / "fixtures"))

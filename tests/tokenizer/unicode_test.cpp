@@ -102,6 +102,16 @@ TEST(Categories, SpotChecksAcrossAllThirtyCategories) {
   }
 }
 
+TEST(Categories, AreUnicode15_1sAsLlamaCppsAre) {
+  // Code points Unicode 15.0 and 15.1 assigned (Debian's Python knows only 14): letters and
+  // digits that \p{L} and \p{N} split on, as llama.cpp's tables (15.1) do.
+  EXPECT_EQ(category_name(category(0x31350)), category_name(Category::Lo));  // CJK Extension H
+  EXPECT_EQ(category_name(category(0x2EBF0)), category_name(Category::Lo));  // CJK Extension I (15.1)
+  EXPECT_EQ(category_name(category(0x11F50)), category_name(Category::Nd));  // Kawi digit zero
+  EXPECT_EQ(category_name(category(0x1E4F0)), category_name(Category::Nd));  // Nag Mundari digit zero
+  EXPECT_EQ(category_name(category(0x1F6DC)), category_name(Category::So));  // wireless symbol
+}
+
 TEST(Categories, GroupPredicates) {
   EXPECT_TRUE(is_letter('q'));
   EXPECT_TRUE(is_letter(0x00E9));
