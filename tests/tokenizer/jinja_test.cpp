@@ -252,5 +252,28 @@ TEST(JinjaJson, ParsesKeepingOrderAndTypes) {
   EXPECT_THROW(parse_json("1 2"), Error);
 }
 
+// A template is code from the model file: one that loops for hours or doubles a string
+// until the machine runs out of memory must fail its render, not the server.
+TEST(Jinja, RendersHaveATimeAndMemoryBudget) {
+  const TemplateError loop = error_of("{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}x");
+  EXPECT_NE(loop.detail().find("more than 2000000 steps"), std::string::npos) << loop.what();
+  const TemplateError doubling = error_of(
+      "{% set ns = namespace(s='aa') %}{% for i in range(60) %}{% set ns.s = ns.s + ns.s %}{% endfor %}{{ ns.s|length }}");
+  EXPECT_NE(doubling.detail().find("string of over 256 MiB"), std::string::npos) << doubling.what();
+  EXPECT_EQ(doubling.where().line, 1);
+  EXPECT_NE(error_of("{{ ('x' * 1000) * 1000000 }}").detail().find("to over 268435456 bytes"), std::string::npos);
+  EXPECT_NE(error_of("{{ ([1, 2] * 100000000)|length }}").detail().find("items"), std::string::npos);
+  // Growing a list one item at a time copies it each time: the copies count as work.
+  EXPECT_NE(error_of("{% set ns = namespace(l=[]) %}{% for i in range(100000) %}{% set ns.l = ns.l + [i] %}"
+                     "{% endfor %}{{ ns.l|length }}")
+                .detail()
+                .find("steps"),
+            std::string::npos);
+  // Real work well inside the budget still renders.
+  EXPECT_EQ(render("{% set ns = namespace(n=0) %}{% for i in range(1000) %}{% for j in range(100) %}"
+                   "{% set ns.n = ns.n + 1 %}{% endfor %}{% endfor %}{{ ns.n }}"),
+            "100000");
+}
+
 }  // namespace
 }  // namespace ridge::jinja

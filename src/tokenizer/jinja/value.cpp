@@ -37,19 +37,29 @@ void Str::add_range(size_t begin, size_t end) {
   }
 }
 
+void Str::reserve_more(size_t n) const {
+  if (n > kMaxStrBytes - text_.size())
+    fail(str_cat("the template built a string of over ", kMaxStrBytes >> 20, " MiB"));
+}
+
 void Str::append(const Str& other) {
+  reserve_more(other.size());
   const size_t offset = text_.size();
   text_ += other.text_;
   for (const TextRange& r : other.markup_) add_range(offset + r.begin, offset + r.end);
 }
 
 void Str::append_markup(std::string_view text) {
+  reserve_more(text.size());
   const size_t offset = text_.size();
   text_ += text;
   add_range(offset, text_.size());
 }
 
-void Str::append_content(std::string_view text) { text_ += text; }
+void Str::append_content(std::string_view text) {
+  reserve_more(text.size());
+  text_ += text;
+}
 
 Str Str::slice(size_t begin, size_t end) const {
   end = std::min(end, text_.size());

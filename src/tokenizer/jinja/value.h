@@ -24,6 +24,10 @@
 
 namespace ridge::jinja {
 
+// No string a template builds may exceed this: a template doubling a string in a loop
+// would otherwise take all the machine's memory (appending past it throws a Failure).
+constexpr size_t kMaxStrBytes = size_t{256} << 20;
+
 // Text plus the sorted, disjoint, non-adjacent byte ranges of it that are markup.
 class Str {
  public:
@@ -48,6 +52,7 @@ class Str {
 
  private:
   void add_range(size_t begin, size_t end);
+  void reserve_more(size_t n) const;
   std::string text_;
   std::vector<TextRange> markup_;
 };
