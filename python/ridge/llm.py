@@ -205,6 +205,9 @@ class LLM:
 
 
 def _as_list(prompts: Union[PromptType, Sequence[PromptType]]) -> List[PromptType]:
+    if isinstance(prompts, (bytes, bytearray)):  # else a list of ints: token ids
+        raise InvalidParameterError(f"a prompt must be text (str) or token ids, got bytes {prompts!r:.60}: "
+                                    "decode them first")
     if isinstance(prompts, (str, Mapping)):
         return [prompts]
     items = list(prompts)
@@ -214,8 +217,12 @@ def _as_list(prompts: Union[PromptType, Sequence[PromptType]]) -> List[PromptTyp
 
 
 def _token_ids(ids: Any) -> List[int]:
-    if isinstance(ids, (str, bytes)) or not all(isinstance(t, int) for t in ids):
+    if isinstance(ids, (str, bytes, bytearray)) or not all(
+            isinstance(t, int) and not isinstance(t, bool) for t in ids):
         raise InvalidParameterError(f"a prompt must be text or a list of token ids, got {ids!r:.80}")
+    for i, t in enumerate(ids):
+        if not -2**31 <= t < 2**31:  # the engine names ids outside the vocabulary; these do not fit its int32
+            raise InvalidParameterError(f"prompt: token {i} is {t}, outside the vocabulary")
     return list(ids)
 
 

@@ -9,6 +9,11 @@ from typing import List, Optional, Union
 from ridge._ridge import InvalidParameterError
 
 
+_INT32_MAX = 2**31 - 1
+# Completions per prompt: each is a request of its own, all queued at once.
+_MAX_N = 4096
+
+
 @dataclass
 class SamplingParams:
     """vLLM's names and defaults: temperature 1 samples the model's distribution as it
@@ -34,14 +39,20 @@ class SamplingParams:
         def bad(message: str) -> InvalidParameterError:
             return InvalidParameterError(f"SamplingParams: {message}")
 
-        if not isinstance(self.n, int) or self.n < 1:
-            raise bad(f"n must be an integer >= 1, got {self.n!r}")
-        if self.max_tokens is not None and (not isinstance(self.max_tokens, int) or self.max_tokens < 1):
-            raise bad(f"max_tokens must be an integer >= 1, or None for up to the context; got {self.max_tokens!r}")
-        if self.logprobs is not None and (not isinstance(self.logprobs, int) or self.logprobs < 0):
+        def integer(value: object, low: int, high: int = _INT32_MAX) -> bool:
+            return isinstance(value, int) and not isinstance(value, bool) and low <= value <= high
+
+        if not integer(self.n, 1, _MAX_N):
+            raise bad(f"n must be an integer in [1, {_MAX_N}], got {self.n!r}")
+        if self.max_tokens is not None and not integer(self.max_tokens, 1):
+            raise bad(f"max_tokens must be an integer in [1, 2**31), or None for up to the context; "
+                      f"got {self.max_tokens!r}")
+        if self.logprobs is not None and not integer(self.logprobs, 0):
             raise bad(f"logprobs must be an integer >= 0, or None; got {self.logprobs!r}")
-        if not isinstance(self.top_k, int) or self.top_k < -1:
-            raise bad(f"top_k must be an integer >= 0 (0 or -1: off), got {self.top_k!r}")
+        if not integer(self.top_k, -1):
+            raise bad(f"top_k must be an integer in [0, 2**31) (0 or -1: off), got {self.top_k!r}")
+        if not integer(self.repeat_last_n, -1):
+            raise bad(f"repeat_last_n must be an integer in [0, 2**31) (-1: all), got {self.repeat_last_n!r}")
         if self.seed is not None and (not isinstance(self.seed, int) or not 0 <= self.seed < 2**64):
             raise bad(f"seed must be an integer in [0, 2**64), or None; got {self.seed!r}")
         if not all(isinstance(s, str) and s for s in self.stop_strings()):

@@ -315,12 +315,25 @@ def test_bad_llm_options_raise_value_errors_naming_them(options, message):
 def test_bad_sampling_and_prompts_raise_value_errors(stories):
     with pytest.raises(ValueError, match="top_p must be in \\[0, 1\\], got 1.5"):
         stories.generate("Once", ridge.SamplingParams(top_p=1.5))
-    with pytest.raises(ValueError, match="max_tokens must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"max_tokens must be an integer in \[1, 2\*\*31\)"):
         ridge.SamplingParams(max_tokens=0)
-    with pytest.raises(ValueError, match="n must be an integer >= 1"):
+    with pytest.raises(ValueError, match=r"n must be an integer in \[1, 4096\]"):
         ridge.SamplingParams(n=0)
+    # Numbers past the engine's int32 are the same clear errors, not pybind11's TypeError.
+    for field in ("max_tokens", "top_k", "repeat_last_n", "logprobs", "n"):
+        with pytest.raises(ValueError, match=field):
+            ridge.SamplingParams(**{field: 2**31})
     with pytest.raises(ridge.InvalidParameterError, match=r"prompt: token 1 is 100000, outside the vocabulary \[0, 512\)"):
         stories.generate([[1, 100000]])
+    with pytest.raises(ridge.InvalidParameterError, match=r"prompt: token 1 is 2147483648, outside the vocabulary"):
+        stories.generate([[1, 2**31]])
+    # Bytes are not token ids (list(b"Once") would be), nor are booleans.
+    with pytest.raises(ridge.InvalidParameterError, match="got bytes b'Once upon'"):
+        stories.generate(b"Once upon")
+    with pytest.raises(ridge.InvalidParameterError, match="text or a list of token ids"):
+        stories.generate([b"Once", b"upon"])
+    with pytest.raises(ridge.InvalidParameterError, match="text or a list of token ids"):
+        stories.generate([[True, False]])
     with pytest.raises(ridge.InvalidParameterError, match="2 SamplingParams for 3 prompts"):
         stories.generate(["a", "b", "c"], [greedy(), greedy()])
     long_prompt = "Once upon a time " * stories.n_ctx
