@@ -107,6 +107,17 @@ RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions&
   RequestParams params;
   params.prompt = std::move(prompt);
   params.max_tokens = opt.n_predict < 0 ? 0 : opt.n_predict;  // 0: up to the context
+  // -n past the context stops where the context is full, as llama.cpp's CLI does (the
+  // server answers 400 instead: a client asked for what cannot fit).
+  const EngineLimits& limits = engine.limits();
+  const int64_t room = int64_t{limits.max_request_tokens} - static_cast<int64_t>(params.prompt.size());
+  if (params.max_tokens > room && room > 0) {
+    std::fprintf(stderr, "run: -n %d is past %s (%d tokens, %zu of them the prompt): generating at most %lld\n",
+                 params.max_tokens,
+                 limits.max_request_tokens < limits.n_ctx ? "what the KV cache holds for one request" : "the context",
+                 limits.max_request_tokens, params.prompt.size(), static_cast<long long>(room));
+    params.max_tokens = static_cast<int32_t>(room);
+  }
   params.sampling = opt.sampling;
   RunStats stats;
   stats.n_prompt = static_cast<int32_t>(params.prompt.size());

@@ -119,10 +119,19 @@ def test_run_same_seed_same_text():
     assert a == b and a != c
 
 
+def test_run_past_the_context_stops_where_it_is_full():
+    # As llama.cpp's CLI: -n beyond the context generates until it is full, and says so.
+    res = ridge("run", "-m", STORIES, "-p", "Once upon a time", "-n", "1000", "-c", "64", "--temp", "0")
+    assert b"run: -n 1000 is past the context (64 tokens, 5 of them the prompt): generating at most 59" in res.stderr
+    assert re.search(rb"generation:\s+59 tokens", res.stderr), res.stderr
+    # A KV budget below one context is the limit then.
+    res = ridge("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", "--temp", "0")
+    assert b"past what the KV cache holds for one request (80 tokens" in res.stderr, res.stderr
+
+
 def test_run_bad_input_fails_before_compute(tmp_path):
     expect_error("run", "-m", STORIES, "-p", "", phrase="prompt is empty")
     expect_error("run", "-m", STORIES, "-p", "Once upon a time " * 200, "-c", "128", phrase="no room to generate in the context of 128")
-    expect_error("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", phrase="what the KV cache holds")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Once upon \xff\xfe a time")
     expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")
