@@ -29,6 +29,12 @@ std::string resolve_model_path(const std::string& model) {
       if (entry.path().extension() == ".gguf") return entry.path().string();
   }
 
+  // A path (not a cached model's name) is a file or nothing: no cache hints for a typo'd path.
+  const bool path_like = model.find('/') != std::string::npos || fs::path(model).extension() == ".gguf";
+  if (path_like) {
+    if (fs::is_directory(model, ec)) throw Error(str_cat("model '", model, "': is a directory, not a GGUF file"));
+    throw Error(str_cat("model '", model, "': no such file"));
+  }
   std::string known;
   if (fs::is_directory(cache, ec)) {
     for (const auto& entry : fs::recursive_directory_iterator(cache, ec))
@@ -37,7 +43,8 @@ std::string resolve_model_path(const std::string& model) {
   }
   throw Error(str_cat("model '", model, "': no such file, and not in the model cache ", cache.string(),
                       known.empty() ? std::string(" (empty)") : str_cat(" (cached: ", known, ")"),
-                      "; fetch it with: scripts/fetch-models ", model));
+                      "; if it is one `scripts/fetch-models --list` lists, fetch it with: scripts/fetch-models ",
+                      model));
 }
 
 }  // namespace ridge

@@ -57,8 +57,14 @@ def test_inspect_text_and_vocab_only_file():
     assert "token_embd.weight" in text and "parameters:" in text and "bytes/param" in text
 
 
-def test_inspect_errors():
-    expect_error("inspect", "/nonexistent/model.gguf", phrase="not in the model cache")
+def test_inspect_errors(tmp_path):
+    # A path that is wrong is just that: no model-cache listing or fetch advice for it.
+    err = expect_error("inspect", "/nonexistent/model.gguf", phrase="model '/nonexistent/model.gguf': no such file")
+    assert "fetch" not in err and "cache" not in err, err
+    expect_error("inspect", tmp_path, phrase="is a directory, not a GGUF file")
+    # A name that is no cached model may be one to fetch.
+    err = expect_error("inspect", "no-such-model", phrase="not in the model cache")
+    assert "scripts/fetch-models --list" in err, err
     expect_error("inspect", VOCAB / "ggml-vocab-gpt-2.gguf.inp", phrase="magic")
 
 
