@@ -190,6 +190,7 @@ void perplexity(const PerplexityOptions& opt) {
   Engine engine(*model, tok, eo);
   engine.start();
   std::fprintf(stderr, "%s\n", engine.kv_summary().c_str());
+  if (const std::string w = engine.context_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   std::fprintf(stderr, "perplexity: %d windows of %d tokens, %d side by side, %d tokens per step, %d threads%s\n",
                w.n_chunk, w.n_ctx, eo.parallel, eo.max_batch_tokens, model->pool().n_threads(),
                opt.kld ? ", KL divergence against the base" : writer ? ", saving the base logits" : "");

@@ -213,6 +213,7 @@ void run(RunOptions opt) {
   Engine engine(*model, tok, engine_options, draft.get());
   std::fprintf(stderr, "%s; context %d tokens; %d threads\n", engine.kv_summary().c_str(),
                engine.limits().max_request_tokens, model->pool().n_threads());
+  if (const std::string w = engine.context_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   engine.start();
   try {
     if (opt.chat)

@@ -178,6 +178,7 @@ void serve(const ServeOptions& opt) {
     std::fprintf(stderr, ", speculative %s (up to %d drafted)", spec_method_name(engine_options.speculative.method),
                  engine_options.speculative.draft_max);
   std::fprintf(stderr, "\n%s\n%s\n", engine.kv_summary().c_str(), engine.kv_budget_by_type().c_str());
+  if (const std::string w = engine.context_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
   std::fprintf(stderr, "serve: model '%s'%s; listening on http://%s:%d\n", server_options.model_name.c_str(),
                opt.api_key.empty() ? "" : " (API key required)", opt.host.c_str(), port);
   std::fflush(stderr);

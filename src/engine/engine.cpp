@@ -651,6 +651,14 @@ EngineMetrics Engine::metrics() const {
 const EngineLimits& Engine::limits() const { return impl_->limits; }
 std::string Engine::kv_summary() const { return impl_->cache->summary(); }
 
+std::string Engine::context_warning() const {
+  const int32_t trained = impl_->model.config().n_ctx_train;
+  const int32_t n_ctx = impl_->limits.n_ctx;
+  if (n_ctx <= trained) return {};
+  return str_cat("warning: the context of ", n_ctx, " tokens is longer than the ", trained,
+                 " the model was trained on; its output past ", trained, " tokens may degrade");
+}
+
 std::string Engine::kv_budget_by_type() const {
   // The same budget planned in every cache type: what choosing another --kv-type buys.
   EngineSizing sizing = size_engine(impl_->model, impl_->options);

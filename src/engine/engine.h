@@ -233,6 +233,9 @@ class Engine {
   EngineMetrics metrics() const;
   const EngineLimits& limits() const;
   std::string kv_summary() const;  // the KV cache's layout and size, one line (KvCache::summary)
+  // A warning line when the context is longer than the model was trained on (its
+  // context_length), as llama.cpp gives; "" otherwise.
+  std::string context_warning() const;
   // Tokens of context the cache's budget holds in its type and in every other cache type
   // this model can use (KvPlan::tokens_held), one line, e.g.
   // "kv budget: 96 MiB holds 16384 tokens as f16 (the same budget as f32 8192, ...)".

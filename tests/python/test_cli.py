@@ -133,6 +133,13 @@ def test_run_past_the_context_stops_where_it_is_full():
     # A KV budget below one context is the limit then.
     res = ridge("run", "-m", STORIES, "-p", "Once", "-n", "1000", "--kv-budget", "0.05", "--temp", "0")
     assert b"past what the KV cache holds for one request (80 tokens" in res.stderr, res.stderr
+    assert b"trained on" not in res.stderr
+
+
+def test_a_context_past_the_trained_one_is_warned_about():
+    res = ridge("run", "-m", STORIES, "-p", "Once", "-n", "4", "-c", "4096", "--temp", "0")
+    assert (b"warning: the context of 4096 tokens is longer than the 2048 the model was trained on; "
+            b"its output past 2048 tokens may degrade") in res.stderr, res.stderr
 
 
 def test_run_bad_input_fails_before_compute(tmp_path):
