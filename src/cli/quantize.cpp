@@ -16,6 +16,7 @@
 #include "cli/commands.h"
 #include "core/error.h"
 #include "core/quant_weighted.h"
+#include "gguf/gguf.h"
 #include "model/model.h"
 #include "quant/awq.h"
 #include "quant/calibration.h"
@@ -30,6 +31,7 @@ namespace {
 struct QuantizeCliOptions {
   std::string input, output, type;
   std::string method = "rtn";
+  bool allow_requantize = false;
   int threads = 0;
   std::string calib;
   int32_t calib_windows = 16;
@@ -105,6 +107,21 @@ void use_imatrix(const QuantizeCliOptions& opt, quant::QuantizeOptions& o) {
   };
 }
 
+// llama-quantize's rule: weights that are quantized already lose quality a second time
+// when quantized again, so that takes --allow-requantize. Dequantizing (to F32, F16 or
+// BF16, as for a perplexity baseline) loses nothing more and needs no flag.
+void check_requantize(const std::string& input, const quant::QuantTarget& target, bool allow) {
+  const bool float_target = target.base == DType::F32 || target.base == DType::F16 || target.base == DType::BF16;
+  if (allow || float_target) return;
+  const gguf::File file = gguf::File::open(input);
+  for (const gguf::TensorInfo& t : file.tensors()) {
+    if (t.n_dims < 2 || t.dtype == DType::F32 || t.dtype == DType::F16 || t.dtype == DType::BF16) continue;
+    throw Error(str_cat("quantize: ", input, " is quantized already (", t.name, " is ", dtype_name(t.dtype),
+                        "): quantizing it again to ", target.name, " loses quality twice. Quantize from its F16, BF16 "
+                        "or F32 original, or pass --allow-requantize"));
+  }
+}
+
 void quantize(const QuantizeCliOptions& opt) {
   quant::QuantizeOptions o;
   o.input = resolve_model_path(opt.input);
@@ -115,6 +132,7 @@ void quantize(const QuantizeCliOptions& opt) {
   if (!opt.output_tensor_type.empty())
     o.target.output_tensor_type = quant::parse_tensor_type(opt.output_tensor_type, "--output-tensor-type");
   o.threads = opt.threads;
+  check_requantize(o.input, o.target, opt.allow_requantize);
   if (opt.method != "rtn" && opt.method != "gptq" && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat("--method must be rtn, gptq, awq or awq-gptq, got '", opt.method, "'"));
   if (opt.awq_scales != "duo" && opt.awq_scales != "activation")
@@ -246,6 +264,8 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_option("--output-tensor-type", opt->output_tensor_type,
                   "Type of output.weight instead of the target's (as llama-quantize)");
   cmd->add_option("-t,--threads", opt->threads, "Threads (0: all cores)")->capture_default_str();
+  cmd->add_flag("--allow-requantize", opt->allow_requantize,
+                "Quantize an input whose weights are quantized already (loses quality twice)");
   cmd->callback([opt] { quantize(*opt); });
 }
 

@@ -38,7 +38,8 @@ def test_min_type_generation_equals_scalar(qtype, tmp_path):
     if source is None:
         pytest.skip("qwen2.5-coder-0.5b is not in the model cache (scripts/fetch-models qwen2.5-coder-0.5b)")
     model = tmp_path / f"qwen-{qtype}.gguf"
-    res = subprocess.run([str(RIDGE), "quantize", str(source), str(model), qtype], capture_output=True, text=True,
+    res = subprocess.run([str(RIDGE), "quantize", str(source), str(model), qtype, "--allow-requantize"],
+                         capture_output=True, text=True,
                          timeout=300)
     assert res.returncode == 0, res.stderr
     args = ("-p", PROMPT, "-n", "12", "--temp", "0", "-t", "2")

@@ -152,6 +152,18 @@ def test_bad_input_is_refused_and_leaves_no_file(model, tmp_path):
     expect_error("quantize", STORIES, tmp_path / "no-such-dir" / "out.gguf", "Q8_0", phrase="no-such-dir")
 
 
+def test_requantizing_takes_allow_requantize(model, tmp_path):
+    # As llama-quantize: quantized weights quantized again lose quality twice, so only on request.
+    q8 = tmp_path / "q8.gguf"
+    run("quantize", model, q8, "Q8_0")
+    err = expect_error("quantize", q8, tmp_path / "q4.gguf", "Q4_0", phrase="is quantized already")
+    assert "--allow-requantize" in err
+    assert not list(tmp_path.glob("q4.gguf*"))
+    run("quantize", q8, tmp_path / "q4.gguf", "Q4_0", "--allow-requantize")
+    assert gguf.GGUFReader(str(tmp_path / "q4.gguf")).fields["general.file_type"].contents() == 2  # MOSTLY_Q4_0
+    run("quantize", q8, tmp_path / "f16.gguf", "F16")  # dequantizing needs no flag
+
+
 def test_concurrent_runs_to_one_output_each_write_a_whole_file(model, tmp_path):
     # Each run writes its own part file beside OUT and renames it: every run succeeds and
     # OUT is one whole output, never two runs' bytes interleaved in a shared part file.
