@@ -69,6 +69,15 @@ void run_size(const SizeOptions& opt) {
   }
   if (opt.model.empty()) throw Error("size: give a MODEL (a preset, see --list, or a GGUF file)");
   const plan::ModelShape model = plan::load_model_shape(opt.model, resolve_model_path);
+  if (plan::find_model_preset(opt.model) != nullptr) {
+    // A preset's name may also be a cached model's (gemma3-270m): the preset wins; say so.
+    try {
+      const std::string cached = resolve_model_path(opt.model);
+      std::fprintf(stderr, "size: '%s' is a preset; for the cached GGUF of that name: ridge size %s\n",
+                   opt.model.c_str(), cached.c_str());
+    } catch (const Error&) {
+    }
+  }
   plan::Deployment d;
   d.ctx = opt.ctx;
   d.weights = plan::parse_weight_format(opt.weights.empty() ? (model.file_weight_bytes > 0 ? "file" : "bf16")

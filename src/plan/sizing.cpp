@@ -77,7 +77,7 @@ SizeReport add_tensor_parallel(const ModelShape& m, const Deployment& d, SizeRep
        "");
   line("  free for KV per rank", str_cat(format_si(g.bytes_each), " - ", format_si(r.rank_weight_bytes), " (weights)",
                                          rank_reserve > 0 ? str_cat(" - ", format_si(rank_reserve), " (reserve)") : ""),
-       rank_free >= 0 ? format_both(rank_free) : str_cat("-", format_both(-rank_free), ": the weights do not fit"));
+       rank_free >= 0 ? format_both(rank_free) : str_cat(format_both(rank_free), ": the weights do not fit"));
   if (rank_free > 0) {
     const double ratio = rank_free / r.rank_kv_bytes_per_conversation;
     r.max_conversations = static_cast<int64_t>(std::floor(ratio));
@@ -198,8 +198,7 @@ SizeReport compute_size(const ModelShape& m, const Deployment& d) {
   if (r.reserve_bytes > 0) line("reserve", d.reserve.describe(), format_both(r.reserve_bytes));
   line("free for KV", str_cat(format_si(r.total_bytes), " - ", format_si(r.weight_bytes), " (weights) - ",
                               r.reserve_bytes > 0 ? format_si(r.reserve_bytes) : std::string("0"), " (reserve)"),
-       r.free_bytes >= 0 ? format_both(r.free_bytes)
-                         : str_cat("-", format_both(-r.free_bytes), ": the weights do not fit"));
+       r.free_bytes >= 0 ? format_both(r.free_bytes) : str_cat(format_both(r.free_bytes), ": the weights do not fit"));
   if (r.free_bytes > 0) {
     const double ratio = r.free_bytes / r.kv_bytes_per_conversation;
     r.max_conversations = static_cast<int64_t>(std::floor(ratio));

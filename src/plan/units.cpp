@@ -132,7 +132,10 @@ std::string format_iec(double bytes) {
   return scaled(bytes, units, 1024.0);
 }
 
-std::string format_both(double bytes) { return str_cat(format_si(bytes), " (", format_iec(bytes), ")"); }
+std::string format_both(double bytes) {
+  if (bytes < 0) return str_cat("-", format_si(-bytes), " (-", format_iec(-bytes), ")");
+  return str_cat(format_si(bytes), " (", format_iec(bytes), ")");
+}
 
 std::string format_count(int64_t n) {
   std::string digits = std::to_string(n < 0 ? -n : n);

@@ -44,7 +44,7 @@ Reserve parse_reserve(std::string_view text);
 
 std::string format_si(double bytes);        // "141.11 GB", "320.00 MB", "512 B"
 std::string format_iec(double bytes);       // "131.42 GiB", "320.00 KiB", "512 B"
-std::string format_both(double bytes);      // "141.11 GB (131.42 GiB)"
+std::string format_both(double bytes);      // "141.11 GB (131.42 GiB)", "-1.00 GB (-953.67 MiB)"
 std::string format_count(int64_t n);        // "6,738,415,616"
 std::string format_fixed(double v, int decimals);  // "3.35"
 

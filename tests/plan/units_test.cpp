@@ -40,6 +40,8 @@ TEST(Units, DecimalAndBinaryUnitsDiffer) {
   EXPECT_EQ(format_iec(2.0 * 1024 * 1024 * 1024), "2.00 GiB");
   EXPECT_EQ(format_iec(327680), "320.00 KiB");
   EXPECT_EQ(format_both(80e9), "80.00 GB (74.51 GiB)");
+  // A shortfall (free memory below zero) keeps its sign in both units.
+  EXPECT_EQ(format_both(-1e9), "-1.00 GB (-953.67 MiB)");
   EXPECT_EQ(format_si(512), "512 B");
 }
 

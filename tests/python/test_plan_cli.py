@@ -74,6 +74,12 @@ def test_text_output_shows_the_arithmetic_and_its_units():
     assert "7 conversations of 8,192 tokens" in out
 
 
+def test_weights_that_do_not_fit_show_the_shortfall_negative_in_both_units():
+    out = ridge("size", "llama3-8b", "--gpus", "1x10GB").stdout
+    assert "= -6.06 GB (-5.64 GiB): the weights do not fit" in out, out
+    assert "0 conversations" in out
+
+
 def test_sliding_window_caps_gemma3_kv():
     r = ridge_json("size", "gemma3-27b", "--ctx", "32768")
     per_layer_token = 2 * 16 * 128 * 2
