@@ -389,8 +389,12 @@ void print_row(const ModelFacts& m, const Result& r) {
       std::snprintf(roof, sizeof roof, "%.0f%%", r.roofline_pct());
     }
   }
-  std::printf("| %-28s | %10s | %7.2f M | %7d | %10s | %16s | %10s | %8s | %8s | %8s |\n", m.type.c_str(),
-              format_size(m.size).c_str(), m.n_params / 1e6, r.threads, r.test.c_str(), ts, mb, bw, roof, compute);
+  char params[32];
+  if (m.n_params >= 1e9) std::snprintf(params, sizeof params, "%.2f B", m.n_params / 1e9);
+  else std::snprintf(params, sizeof params, "%.2f M", m.n_params / 1e6);
+  // printf pads by bytes: "±" is two bytes in one column, so its field is a byte wider.
+  std::printf("| %-28s | %10s | %8s | %7d | %10s | %17s | %10s | %8s | %8s | %8s |\n", m.type.c_str(),
+              format_size(m.size).c_str(), params, r.threads, r.test.c_str(), ts, mb, bw, roof, compute);
   std::fflush(stdout);
 }
 

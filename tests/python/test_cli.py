@@ -237,6 +237,15 @@ def test_run_rejects_models_whose_tensors_do_not_match(tmp_path):
 
 # --- bench -----------------------------------------------------------------------------
 
+def test_bench_table_columns_line_up():
+    out = ridge("bench", "-m", STORIES, "-p", 16, "-n", 8, "-r", 1, "-t", 1, "--no-bandwidth").stdout.decode()
+    rows = [line for line in out.splitlines() if line.startswith("|")]
+    assert len(rows) == 4, out
+    # Every row is as wide as the header, and its bars fall in the same columns ("±" is one).
+    bars = [[i for i, c in enumerate(row) if c == "|"] for row in rows]
+    assert all(b == bars[0] for b in bars), "\n".join(rows)
+
+
 def test_bench_json_reports_each_step_with_and_without_cache():
     for extra, name in (([], "tg12"), (["--no-kv-cache"], "tg12 nocache")):
         out = json.loads(ridge("bench", "-m", STORIES, "-p", "0", "-n", "12", "-r", "2", "-t", "1", "--json",
