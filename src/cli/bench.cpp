@@ -207,10 +207,7 @@ class Runner {
       : model_(Model::load(path, runner_model_options(threads, n_batch, max_seqs, opt, comm))) {
     tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::from_gguf(model_->file()));
     if (!opt.prompt_file.empty()) {
-      std::ifstream in(opt.prompt_file, std::ios::binary);
-      if (!in) throw Error(str_cat(opt.prompt_file, ": cannot open"));
-      const std::string text{std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-      prompt_ = tokenizer_->encode(text);
+      prompt_ = tokenizer_->encode(read_text_file(opt.prompt_file));
       if (prompt_.empty()) throw Error(str_cat(opt.prompt_file, ": the prompt is empty"));
     }
     EngineOptions o;

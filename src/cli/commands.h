@@ -25,7 +25,8 @@ void add_quantize_command(CLI::App& app);
 void add_imatrix_command(CLI::App& app);
 void add_template_command(CLI::App& app);
 
-// A whole file as bytes (calibration text). Throws ridge::Error "PATH: cannot open".
+// A whole file as bytes (prompts, calibration text, templates). Throws ridge::Error
+// naming the path: "PATH: cannot open (No such file or directory)", "PATH: is a directory".
 std::string read_text_file(const std::string& path);
 
 }  // namespace ridge::cli

@@ -6,6 +6,7 @@
 #include <exception>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -28,6 +29,9 @@ int main(int argc, char** argv) {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const ridge::cli::Interrupted& e) {
+    std::fprintf(stderr, "ridge: %s\n", e.what());
+    return 130;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ridge: error: %s\n", e.what());
     return 1;

@@ -53,12 +53,6 @@ struct PerplexityOptions {
   KvFlags kv;
 };
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 void print_kld_header() {
   std::printf("chunk             PPL               ln(PPL(Q)/PPL(base))          KL Divergence              Δp RMS"
               "            Same top p\n");
@@ -140,7 +134,7 @@ void perplexity(const PerplexityOptions& opt) {
     text_tokens = base->tokens();
   } else {
     if (opt.text_file.empty()) throw Error("give the text to evaluate: -f FILE");
-    text_tokens = quant::perplexity_tokens(tok, read_text(opt.text_file));
+    text_tokens = quant::perplexity_tokens(tok, read_text_file(opt.text_file));
   }
   const PerplexityWindows w = quant::plan_windows(text_tokens.size(), n_ctx, opt.chunks);
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());

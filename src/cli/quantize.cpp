@@ -14,6 +14,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "core/error.h"
 #include "core/quant_weighted.h"
 #include "gguf/gguf.h"
@@ -146,7 +147,13 @@ void quantize(const QuantizeCliOptions& opt) {
   o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
   std::fprintf(stderr, "quantize: %s -> %s as %s (%s)\n", o.input.c_str(), o.output.c_str(), o.target.name.c_str(),
                opt.method.c_str());
-  auto progress = [](const std::string& line) { std::fputs(line.c_str(), stderr); };
+  // Ctrl-C stops at the next tensor (or calibration step): the output is written only once
+  // everything is quantized, so nothing is left behind.
+  catch_interrupts();
+  auto progress = [](const std::string& line) {
+    std::fputs(line.c_str(), stderr);
+    if (interrupted()) throw Interrupted("quantize");
+  };
 
   if (!opt.imatrix.empty()) use_imatrix(opt, o);
 
@@ -267,12 +274,6 @@ void add_quantize_command(CLI::App& app) {
   cmd->add_flag("--allow-requantize", opt->allow_requantize,
                 "Quantize an input whose weights are quantized already (loses quality twice)");
   cmd->callback([opt] { quantize(*opt); });
-}
-
-std::string read_text_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 }  // namespace ridge::cli

@@ -17,6 +17,7 @@
 #include <string>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "cli/speculative_flags.h"
 #include "cli/kv_flags.h"
 #include "cli/tp_flags.h"
@@ -90,12 +91,6 @@ bool write_stdout(std::string_view text) {
   return true;
 }
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 void check_text(const std::string& text, const char* what) {
   if (!unicode::is_valid_utf8(text)) throw Error(str_cat(what, " is not valid UTF-8"));
 }
@@ -124,7 +119,18 @@ RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions&
   const Clock::time_point start = Clock::now();
   Clock::time_point first;
   std::shared_ptr<RequestStream> stream = engine.submit(std::move(params));
-  for (StreamEvent ev; stream->next(ev);) {
+  bool cancelled = false;
+  for (StreamEvent ev;;) {
+    // Ctrl-C ends the request; its end (and the text so far) still comes through here.
+    if (interrupted() && !cancelled) {
+      stream->cancel();
+      cancelled = true;
+    }
+    bool timed_out = false;
+    if (!stream->next_for(ev, std::chrono::milliseconds(100), timed_out)) {
+      if (timed_out) continue;
+      break;
+    }
     if (stats.n_generated == 0 && ev.completion_tokens > 0) first = Clock::now();
     on_text(ev.text);
     stats.n_generated = ev.completion_tokens;
@@ -144,7 +150,7 @@ RunStats generate(Engine& engine, std::vector<int32_t> prompt, const RunOptions&
 }
 
 void run_once(Engine& engine, const Tokenizer& tok, const RunOptions& opt) {
-  std::string prompt = opt.prompt_file.empty() ? opt.prompt : read_file(opt.prompt_file);
+  std::string prompt = opt.prompt_file.empty() ? opt.prompt : read_text_file(opt.prompt_file);
   if (prompt.empty()) throw Error("the prompt is empty: give -p TEXT or -f FILE");
   check_text(prompt, "the prompt");
   std::vector<int32_t> ids = tok.encode(prompt);
@@ -152,6 +158,7 @@ void run_once(Engine& engine, const Tokenizer& tok, const RunOptions& opt) {
   RunStats s = generate(engine, std::move(ids), opt, write_stdout);
   write_stdout("\n");
   print_stats(s);
+  if (interrupted()) throw Interrupted("run");
 }
 
 // Each turn is one request holding the whole conversation; the prefix cache still holds
@@ -178,6 +185,7 @@ void run_chat(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, co
     });
     write_stdout("\n");
     print_stats(s);
+    if (interrupted()) throw Interrupted("run");
     messages.push_back({"assistant", reply});
   }
 }
@@ -214,6 +222,7 @@ void run(RunOptions opt) {
   std::fprintf(stderr, "%s; context %d tokens; %d threads\n", engine.kv_summary().c_str(),
                engine.limits().max_request_tokens, model->pool().n_threads());
   if (const std::string w = engine.context_warning(); !w.empty()) std::fprintf(stderr, "%s\n", w.c_str());
+  catch_interrupts();
   engine.start();
   try {
     if (opt.chat)

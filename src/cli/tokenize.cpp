@@ -27,12 +27,6 @@ struct TokenizeOptions {
   bool no_parse_special = false;
 };
 
-std::string read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw Error(str_cat(path, ": cannot open"));
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 // Shows a piece with control characters escaped, so each token stays on one line.
 std::string printable(std::string_view piece) {
   std::string out;
@@ -48,7 +42,7 @@ std::string printable(std::string_view piece) {
 
 void run(const TokenizeOptions& opt) {
   if (!opt.file.empty() && !opt.text.empty()) throw Error("give either TEXT or -f FILE, not both");
-  std::string text = opt.file.empty() ? opt.text : read_file(opt.file);
+  std::string text = opt.file.empty() ? opt.text : read_text_file(opt.file);
   gguf::File f = gguf::File::open(resolve_model_path(opt.model));
   Tokenizer tok = Tokenizer::from_gguf(f);
   std::vector<int32_t> ids = tok.encode(text, !opt.no_add_special, !opt.no_parse_special);

@@ -142,12 +142,67 @@ def test_a_context_past_the_trained_one_is_warned_about():
             b"its output past 2048 tokens may degrade") in res.stderr, res.stderr
 
 
+def interrupt_after(args, ready, timeout=120):
+    """Starts ridge ARGS, sends SIGINT once its stdout or stderr shows `ready`, and returns
+    (exit status, stdout, stderr)."""
+    import signal
+    import threading
+    import time
+    proc = subprocess.Popen([RIDGE, *map(str, args)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = {"out": b"", "err": b""}
+
+    def pump(stream, key):
+        for chunk in iter(lambda: stream.read1(4096), b""):
+            seen[key] += chunk
+
+    pumps = [threading.Thread(target=pump, args=(proc.stdout, "out")),
+             threading.Thread(target=pump, args=(proc.stderr, "err"))]
+    for t in pumps:
+        t.start()
+    deadline = time.monotonic() + timeout
+    while not re.search(ready, seen["out"] + seen["err"]):
+        assert proc.poll() is None and time.monotonic() < deadline, seen["err"].decode(errors="replace")
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGINT)
+    status = proc.wait(timeout=60)
+    for t in pumps:
+        t.join()
+    return status, seen["out"], seen["err"]
+
+
+def test_ctrl_c_stops_run_with_its_text_and_timings():
+    model = MODEL_CACHE / "gemma3-270m"
+    if not model.is_dir():
+        pytest.skip("gemma3-270m is not in the model cache")
+    status, out, err = interrupt_after(["run", "-m", "gemma3-270m", "-p", "Once upon a time", "-n", 3000,
+                                        "-c", 4096, "--temp", 0], rb"\w+ \w+ \w+ \w+")
+    assert status == 130, err
+    assert b"ridge: run: interrupted" in err
+    generated = int(re.search(rb"generation:\s+(\d+) tokens", err).group(1))
+    assert 4 <= generated < 3000, err
+    assert len(out.split()) >= 4
+
+
+def test_ctrl_c_stops_quantize_leaving_no_file(tmp_path):
+    model = MODEL_CACHE / "qwen2.5-coder-0.5b"
+    if not model.is_dir():
+        pytest.skip("qwen2.5-coder-0.5b is not in the model cache")
+    out = tmp_path / "q.gguf"
+    status, _, err = interrupt_after(["quantize", "qwen2.5-coder-0.5b", out, "Q4_0", "--allow-requantize"],
+                                     rb"\[2/")
+    assert status == 130, err
+    assert b"ridge: quantize: interrupted" in err
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_run_bad_input_fails_before_compute(tmp_path):
     expect_error("run", "-m", STORIES, "-p", "", phrase="prompt is empty")
     expect_error("run", "-m", STORIES, "-p", "Once upon a time " * 200, "-c", "128", phrase="no room to generate in the context of 128")
     bad = tmp_path / "bad.txt"
     bad.write_bytes(b"Once upon \xff\xfe a time")
     expect_error("run", "-m", STORIES, "-f", bad, phrase="not valid UTF-8")
+    expect_error("run", "-m", STORIES, "-f", tmp_path, phrase=f"{tmp_path}: is a directory, not a file")
+    expect_error("perplexity", "-m", STORIES, "-f", tmp_path, phrase="is a directory, not a file")
     expect_error("run", "-m", VOCAB / "ggml-vocab-gpt-2.gguf", "-p", "hi", phrase="not supported")
 
 

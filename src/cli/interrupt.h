@@ -1,0 +1,23 @@
+// Ctrl-C (SIGINT) and SIGTERM for a command that stops cleanly: the first sets a flag the
+// command polls (run prints what it generated and its timings; quantize leaves no files);
+// a second ends the process at once, as the default action would.
+//
+//   catch_interrupts();
+//   while (working) { if (interrupted()) throw Interrupted("run"); ... }
+//
+// main() turns Interrupted into exit status 130, as a shell reports a process Ctrl-C ended.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace ridge::cli {
+
+struct Interrupted : std::runtime_error {
+  explicit Interrupted(const std::string& what) : std::runtime_error(what + ": interrupted") {}
+};
+
+void catch_interrupts();
+bool interrupted();
+
+}  // namespace ridge::cli
