@@ -243,6 +243,13 @@ void Server::Impl::install_routes() {
   // until the client's delayed ACK (~40 ms), which shows up as time to first token.
   // (Reception sets it on every accepted socket too.)
   http.set_tcp_nodelay(true);
+  // SO_REUSEADDR only: a restart binds at once past TIME_WAIT, but a second server on the
+  // same port is refused. (httplib's default, SO_REUSEPORT, lets it bind and take half of
+  // the connections.)
+  http.set_socket_options([](socket_t sock) {
+    int yes = 1;
+    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+  });
 
   http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     return allowed_by_policy(req, res) && authorized(req, res) ? httplib::Server::HandlerResponse::Unhandled

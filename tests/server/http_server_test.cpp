@@ -203,6 +203,21 @@ TEST_F(HttpServerTest, BadRequestsGetOpenAiErrorsAndTheServerKeepsServing) {
   EXPECT_EQ(ok["usage"]["completion_tokens"], 2);
 }
 
+TEST_F(HttpServerTest, ASecondServerOnTheSamePortIsRefused) {
+  // With SO_REUSEPORT it would bind too and take some of this server's connections.
+  ServerOptions options;
+  options.port = port_;
+  options.host = "127.0.0.1";
+  Server second(*engine_, std::nullopt, options);
+  try {
+    second.bind();
+    ADD_FAILURE() << "a second server bound port " << port_;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("address in use"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(client().Get("/health")->status, 200);
+}
+
 TEST_F(HttpServerTest, AnEngineFailureIsA500UnlessTheStreamHasBegun) {
   // A grammar with 2^n parses after n bytes: the engine gives up on it part way through.
   const json body = {{"prompt", "Once upon a time"},
