@@ -136,7 +136,8 @@ void perplexity(const PerplexityOptions& opt) {
     if (opt.text_file.empty()) throw Error("give the text to evaluate: -f FILE");
     text_tokens = quant::perplexity_tokens(tok, read_text_file(opt.text_file));
   }
-  const PerplexityWindows w = quant::plan_windows(text_tokens.size(), n_ctx, opt.chunks);
+  const PerplexityWindows w = opt.kld ? quant::base_windows(n_ctx, base->n_chunk(), opt.chunks)
+                                      : quant::plan_windows(text_tokens.size(), n_ctx, opt.chunks);
   std::fprintf(stderr, "model: %s (%s)\n", path.c_str(), model->config().summary().c_str());
 
   std::optional<quant::LogitsFileWriter> writer;

@@ -89,6 +89,17 @@ PerplexityWindows plan_windows(size_t n_tokens, int32_t n_ctx, int32_t max_chunk
   return w;
 }
 
+PerplexityWindows base_windows(int32_t n_ctx, int32_t n_chunk, int32_t max_chunks) {
+  if (n_ctx < 4) throw Error(str_cat("perplexity: the context must be at least 4 tokens, got ", n_ctx));
+  if (n_chunk < 1) throw Error("perplexity: the base file holds no windows");
+  PerplexityWindows w;
+  w.n_ctx = n_ctx;
+  w.n_chunk = max_chunks >= 0 ? std::min(n_chunk, max_chunks) : n_chunk;
+  if (w.n_chunk < 1) throw Error("perplexity: --chunks must be at least 1");
+  w.first = n_ctx / 2;
+  return w;
+}
+
 double token_nll(std::span<const float> logits, int32_t token) {
   check_token(logits, token);
   const LogSumExp l = log_sum_exp(logits);

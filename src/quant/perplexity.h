@@ -30,6 +30,9 @@ struct PerplexityWindows {
 // n_chunk = min(n_tokens / n_ctx, max_chunks) (max_chunks < 0: all). Throws ridge::Error
 // when the text has fewer than 2 * n_ctx tokens, or n_ctx < 4.
 PerplexityWindows plan_windows(size_t n_tokens, int32_t n_ctx, int32_t max_chunks);
+// The windows a --kl-divergence-base file was written for (it holds exactly their tokens,
+// one window's worth when written with --chunks 1): n_chunk of them, at most max_chunks.
+PerplexityWindows base_windows(int32_t n_ctx, int32_t n_chunk, int32_t max_chunks);
 
 // -log p(token) under softmax(logits), in double.
 double token_nll(std::span<const float> logits, int32_t token);

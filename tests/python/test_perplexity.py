@@ -102,6 +102,16 @@ def test_kl_divergence_against_itself_is_zero(base):
     assert float(re.search(r"Mean PPL\(Q\)/PPL\(base\)\s+:\s+([\d.]+)", stdout).group(1)) == pytest.approx(1.0, abs=1e-3)
 
 
+def test_a_one_window_base_reads_back(tmp_path):
+    # Written with --chunks 1 it holds one window of tokens: reading it back must not ask
+    # for the two windows of text a plain run needs.
+    path = tmp_path / "one.kld"
+    run("perplexity", "-m", STORIES, "-f", WIKI, "-c", 256, "--chunks", 1, "--kv-type", "f32",
+        "--kl-divergence-base", path)
+    stdout, _ = run("perplexity", "-m", STORIES, "--kl-divergence-base", path, "--kl-divergence", "--kv-type", "f32")
+    assert abs(float(re.search(r"Mean    KLD:\s+([-\d.]+)", stdout).group(1))) < 2e-4
+
+
 def write_noisy_copy(path: Path, scale: float, seed: int):
     rng = np.random.default_rng(seed)
     copy_stories(path, lambda name, data: data if "norm" in name
