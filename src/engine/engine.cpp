@@ -100,6 +100,11 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   EngineSizing s;
   s.n_ctx = o.n_ctx > 0 ? o.n_ctx : std::min(c.n_ctx_train, kDefaultContextCap);
   if (s.n_ctx <= 0) throw Error(str_cat("engine: context size must be positive, got ", s.n_ctx));
+  // A step holds a token of every running sequence, and the KV cache takes no step longer
+  // than one context: a context shorter than that is a setting no step can satisfy.
+  if (s.n_ctx < o.parallel)
+    throw Error(str_cat("engine: a context of ", s.n_ctx, " tokens is shorter than the ", o.parallel,
+                        " sequences one step runs (--parallel); give a longer context or fewer sequences"));
   // No step computes more than one context's tokens (a short -c with the default batch).
   s.max_step_tokens = std::min(o.max_batch_tokens, std::max(s.n_ctx, o.parallel));
   s.kv = model.kv_cache_config(0, o.parallel, s.n_ctx);

@@ -479,6 +479,16 @@ TEST(Engine, RejectsOptionsItCannotServe) {
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
   o = options(8, 4);  // fewer tokens per step than running sequences
   EXPECT_THROW(Engine(*stories().model, *stories().tokenizer, o), Error);
+  o = options(8);
+  o.n_ctx = 4;  // a context shorter than a step of 8 sequences: said so, not in the scheduler's words
+  try {
+    Engine(*stories().model, *stories().tokenizer, o);
+    ADD_FAILURE() << "a context of 4 for 8 sequences was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("a context of 4 tokens is shorter than the 8 sequences one step runs"),
+              std::string::npos)
+        << e.what();
+  }
   o = options(1);
   o.kv_type = DType::Q4_K;  // not a KV cache type
   try {
