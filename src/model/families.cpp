@@ -1,6 +1,7 @@
 #include "model/families.h"
 
 #include <array>
+#include <limits>
 #include <string>
 
 #include "core/error.h"
@@ -33,6 +34,15 @@ const FamilyTraits* find_family(std::string_view arch) {
   for (const FamilyTraits& f : families)
     if (f.arch == arch) return &f;
   return nullptr;
+}
+
+int32_t sliding_window(const gguf::File& f, const std::string& arch, bool required) {
+  const std::string key = arch + ".attention.sliding_window";
+  const int64_t window = f.get_i64(key, 0);
+  if (window < 0 || (required && window == 0))
+    throw Error(str_cat(f.name(), ": ", key, " is ", window == 0 ? "missing" : std::to_string(window),
+                        "; it must be a positive number of tokens"));
+  return window > std::numeric_limits<int32_t>::max() ? 0 : static_cast<int32_t>(window);
 }
 
 void configure_experts(const gguf::File& f, ModelConfig& c, bool norm) {

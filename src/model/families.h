@@ -2,7 +2,9 @@
 // architecture adds and sets the traits that differ from a plain Llama.
 #pragma once
 
+#include <cstdint>
 #include <span>
+#include <string>
 #include <string_view>
 
 #include "model/config.h"
@@ -34,5 +36,10 @@ void configure_olmoe(const gguf::File& file, ModelConfig& config);
 // Qwen3-MoE, else feed_forward_length, as for Mixtral and OLMoE), when the file has
 // experts; `norm`: renormalise the chosen experts' weights.
 void configure_experts(const gguf::File& file, ModelConfig& config, bool norm);
+
+// <arch>.attention.sliding_window as a layer's window: 0 (none) when absent, unless
+// `required`; an Error naming the key when negative (or 0 and required). A window of 2^31
+// tokens or more is longer than any context: no window.
+int32_t sliding_window(const gguf::File& file, const std::string& arch, bool required);
 
 }  // namespace ridge

@@ -15,9 +15,8 @@ void configure_gemma2(const gguf::File& f, ModelConfig& c) {
   c.activation = Activation::kGelu;
   c.sandwich_norm = true;
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  const int64_t window = f.get_i64("gemma2.attention.sliding_window", 0);
-  if (window <= 0) throw Error(str_cat(f.name(), ": gemma2.attention.sliding_window is missing or not positive"));
-  for (int il = 0; il < c.n_layer; il += 2) c.layers[il].window = static_cast<int32_t>(window);
+  const int32_t window = sliding_window(f, "gemma2", /*required=*/true);
+  for (int il = 0; il < c.n_layer; il += 2) c.layers[il].window = window;
   c.final_softcap = static_cast<float>(f.get_f64("gemma2.final_logit_softcapping", 0.0));
   c.attn_softcap = static_cast<float>(f.get_f64("gemma2.attn_logit_softcapping", 0.0));
 }

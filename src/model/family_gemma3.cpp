@@ -18,11 +18,10 @@ void configure_gemma3(const gguf::File& f, ModelConfig& c) {
   c.qk_norm = true;
   c.sandwich_norm = true;
   c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
-  int64_t window = f.get_i64("gemma3.attention.sliding_window", 0);
-  if (window <= 0) throw Error(str_cat(f.name(), ": gemma3.attention.sliding_window is missing or not positive"));
+  const int32_t window = sliding_window(f, "gemma3", /*required=*/true);
   for (int il = 0; il < c.n_layer; ++il) {
     if (il % kPattern == kPattern - 1) continue;  // global: keeps the file's base and scale
-    c.layers[il] = LayerConfig{static_cast<int32_t>(window), kLocalRopeBase, 1.0f};
+    c.layers[il] = LayerConfig{window, kLocalRopeBase, 1.0f};
   }
   c.final_softcap = static_cast<float>(f.get_f64("gemma3.final_logit_softcapping", 0.0));
   c.attn_softcap = static_cast<float>(f.get_f64("gemma3.attn_logit_softcapping", 0.0));

@@ -10,8 +10,8 @@ namespace ridge {
 void configure_llama(const gguf::File& f, ModelConfig& c) {
   c.rope_mode = kernels::RopeMode::Norm;
   c.activation = Activation::kSilu;
-  int64_t window = f.get_i64(c.arch + ".attention.sliding_window", 0);
-  for (LayerConfig& l : c.layers) l.window = static_cast<int32_t>(window);
+  const int32_t window = sliding_window(f, c.arch, /*required=*/false);
+  for (LayerConfig& l : c.layers) l.window = window;
   configure_experts(f, c, /*norm=*/true);
 }
 

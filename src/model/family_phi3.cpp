@@ -17,8 +17,8 @@ void configure_phi3(const gguf::File& f, ModelConfig& c) {
   c.activation = Activation::kSilu;
   c.fused_qkv = true;
   c.fused_gate_up = true;
-  const int64_t window = f.get_i64("phi3.attention.sliding_window", 0);
-  for (LayerConfig& l : c.layers) l.window = static_cast<int32_t>(window);
+  const int32_t window = sliding_window(f, "phi3", /*required=*/false);
+  for (LayerConfig& l : c.layers) l.window = window;
   const float attn_factor = static_cast<float>(f.get_f64("phi3.rope.scaling.attn_factor", 1.0));
   for (LayerConfig& l : c.layers) l.rope_mscale = attn_factor;
 }

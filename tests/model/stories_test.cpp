@@ -7,6 +7,7 @@
 #include <cmath>
 #include <fstream>
 #include <sstream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -352,6 +353,43 @@ TEST(ModelConfig, ABlocklessFileSaysItHasNoBlocks) {
     ADD_FAILURE() << "no error";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("empty.gguf: metadata llama.block_count = 2 but the file has no blk.N tensors"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// A llama-architecture file of one block with this sliding_window (none: no key).
+std::vector<uint8_t> one_block_llama(std::optional<int64_t> window) {
+  gguf::Writer w;
+  w.set_string("general.architecture", "llama");
+  w.set_u32("llama.embedding_length", 4);
+  w.set_u32("llama.block_count", 1);
+  w.set_u32("llama.feed_forward_length", 8);
+  w.set_u32("llama.attention.head_count", 1);
+  if (window && *window < 0) w.set_i32("llama.attention.sliding_window", static_cast<int32_t>(*window));
+  if (window && *window >= 0) w.set_u64("llama.attention.sliding_window", static_cast<uint64_t>(*window));
+  const std::vector<float> values(4 * 8, 0.5f);
+  const auto bytes = [&](size_t n) {
+    return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()), n * sizeof(float));
+  };
+  w.add_tensor("token_embd.weight", DType::F32, {4, 8}, bytes(32));
+  w.add_tensor("blk.0.attn_norm.weight", DType::F32, {4}, bytes(4));
+  return w.to_bytes();
+}
+
+TEST(ModelConfig, SlidingWindowsPastAnyContextAreNoWindowAndNegativeOnesAreRefused) {
+  const auto window_of = [](std::optional<int64_t> window) {
+    const std::vector<uint8_t> file = one_block_llama(window);
+    return ModelConfig::from_gguf(gguf::File::parse(file, "w.gguf")).layers.at(0).window;
+  };
+  EXPECT_EQ(window_of(std::nullopt), 0);
+  EXPECT_EQ(window_of(4096), 4096);
+  EXPECT_EQ(window_of((int64_t{1} << 32) + 4096), 0);  // was cast to 4096
+  try {
+    window_of(-1);
+    ADD_FAILURE() << "a negative window was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("w.gguf: llama.attention.sliding_window is -1; it must be a positive"),
               std::string::npos)
         << e.what();
   }
