@@ -19,14 +19,16 @@ void on_interrupt(int sig) {
 
 }  // namespace
 
-void catch_interrupts() {
+void handle_stop_signals(void (*handler)(int)) {
   struct sigaction action {};
-  action.sa_handler = on_interrupt;
+  action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   sigaction(SIGINT, &action, nullptr);
   sigaction(SIGTERM, &action, nullptr);
 }
+
+void catch_interrupts() { handle_stop_signals(on_interrupt); }
 
 bool interrupted() { return g_interrupted.load(); }
 

@@ -20,4 +20,8 @@ struct Interrupted : std::runtime_error {
 void catch_interrupts();
 bool interrupted();
 
+// SIGINT and SIGTERM to `handler` (restarting interrupted system calls): for a command
+// with its own way to stop (serve's pipe).
+void handle_stop_signals(void (*handler)(int));
+
 }  // namespace ridge::cli

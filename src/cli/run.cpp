@@ -174,6 +174,7 @@ void run_chat(Engine& engine, const Tokenizer& tok, const ChatTemplate& tmpl, co
   while (true) {
     std::fprintf(stderr, "\n> ");
     if (!std::getline(std::cin, line) || line.empty()) break;
+    if (interrupted()) throw Interrupted("run");  // Ctrl-C typed at the prompt ends the chat here
     check_text(line, "the message");
     messages.push_back({"user", line});
     std::vector<int32_t> ids = tok.encode(apply_chat_template(tmpl, messages, true), /*add_special=*/true,

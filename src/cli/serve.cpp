@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/interrupt.h"
 #include "cli/speculative_flags.h"
 #include "cli/kv_flags.h"
 #include "cli/tp_flags.h"
@@ -46,12 +47,7 @@ void on_stop_signal(int sig) {
 
 void install_stop_handlers() {
   if (::pipe2(g_stop_pipe, O_CLOEXEC) != 0) throw Error(str_cat("serve: pipe failed: ", std::strerror(errno)));
-  struct sigaction action {};
-  action.sa_handler = on_stop_signal;
-  sigemptyset(&action.sa_mask);
-  action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  handle_stop_signals(on_stop_signal);
 }
 
 // Blocks until a stop signal (its number) or wake_stop_waiter (0).
