@@ -227,6 +227,27 @@ TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
   EXPECT_THROW(Template::parse("{{ " + std::string(3000, '-') + "1 }}", "t"), TemplateError);
 }
 
+TEST(JinjaErrors, UnknownFiltersAndTestsInConditionalCodeFailOnlyWhenRun) {
+  // As jinja2 3.x: in an {% if %} or an inline if, an unknown filter or test is an error
+  // of the render that reaches it, so a template with a branch ridge lacks still works.
+  EXPECT_EQ(render("{% if false %}{{ x | nosuchfilter }}{% elif false %}{{ x is nosuchtest }}{% endif %}ok"), "ok");
+  EXPECT_EQ(render("{{ (1 | nosuchfilter) if false else 2 }}"), "2");
+  EXPECT_EQ(render("{{ 'a' if true else (1 | nosuchfilter) }}"), "a");
+  const TemplateError e = error_of("{% if true %}\n  {{ 1 | nosuchfilter }}{% endif %}");
+  EXPECT_EQ(e.kind(), TemplateError::Kind::kRender);
+  EXPECT_EQ(e.detail(), "no filter named 'nosuchfilter'");
+  EXPECT_EQ(e.where().line, 2);
+  // Outside conditional code it stays a syntax error, at its place, after other code.
+  try {
+    Template::parse("{% if c %}{{ 1 | a1 }}{% endif %}\n{{ 1 | nosuchfilter }}", "t");
+    ADD_FAILURE() << "no syntax error";
+  } catch (const TemplateError& err) {
+    EXPECT_EQ(err.kind(), TemplateError::Kind::kSyntax);
+    EXPECT_EQ(err.where().line, 2);
+    EXPECT_NE(std::string(err.what()).find("no filter named 'nosuchfilter'"), std::string::npos) << err.what();
+  }
+}
+
 TEST(JinjaErrors, RaiseExceptionAndFailedOperationsAreRenderErrors) {
   TemplateError e = error_of("ok\n  {{ raise_exception('Roles must alternate') }}");
   EXPECT_EQ(e.kind(), TemplateError::Kind::kRaised);

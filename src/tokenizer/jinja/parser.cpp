@@ -19,6 +19,7 @@ class Parser {
   Body parse_all() {
     Body body = parse_body({});
     if (peek().kind != TokenKind::kEnd) error(peek(), str_cat("unexpected '", peek().text, "'"));
+    if (!unknown_.empty()) error(*unknown_.front().first, unknown_.front().second);
     return body;
   }
 
@@ -151,6 +152,7 @@ class Parser {
   }
 
   std::unique_ptr<Node> parse_if(const Token& keyword) {
+    Soft soft(*this);
     auto n = make_node(NodeKind::kIf, keyword);
     while (true) {
       IfBranch branch;
@@ -309,8 +311,11 @@ class Parser {
 
   ExprPtr parse_expression() {
     Nest nest(*this);
+    const size_t unknown_before = unknown_.size();
     ExprPtr e = parse_or();
     while (is_name("if")) {
+      unknown_.resize(std::min(unknown_.size(), unknown_before));  // `then if c else e` is conditional
+      Soft soft(*this);
       const Location where = next().where;
       auto c = make_expr(ExprKind::kCondition, where);
       c->condition = parse_or();
@@ -616,7 +621,7 @@ class Parser {
     auto f = make_expr(ExprKind::kFilter, t.where);
     f->name = expect_identifier();
     while (accept_op(".")) f->name += "." + expect_identifier();
-    if (!is_known_filter(f->name)) error(t, str_cat("no filter named '", f->name, "'"));
+    if (!is_known_filter(f->name)) unknown(t, str_cat("no filter named '", f->name, "'"));
     f->object = std::move(object);
     if (is_op("(")) parse_args(f->args);
     return f;
@@ -630,7 +635,7 @@ class Parser {
     const Token& name_token = peek();
     e->name = expect_identifier();
     while (accept_op(".")) e->name += "." + expect_identifier();
-    if (!is_known_test(e->name)) error(name_token, str_cat("no test named '", e->name, "'"));
+    if (!is_known_test(e->name)) unknown(name_token, str_cat("no test named '", e->name, "'"));
     e->object = std::move(object);
     const Token& t = peek();
     if (is_op("(")) {
@@ -646,6 +651,20 @@ class Parser {
     return e;
   }
 
+  // An unknown filter or test is a syntax error, as jinja2 compiles it, except where jinja2
+  // leaves it to run time: inside an {% if %} (its tests and branches) or an inline
+  // `a if c else b`. A template can then name a filter only a branch it never takes uses;
+  // taking it fails the render. Errors outside those wait in unknown_ until the parse ends
+  // (an expression turns out to be conditional only at its `if`).
+  void unknown(const Token& t, std::string message) {
+    if (soft_ == 0) unknown_.emplace_back(&t, std::move(message));
+  }
+  struct Soft {
+    explicit Soft(Parser& p) : p_(p) { ++p_.soft_; }
+    ~Soft() { --p_.soft_; }
+    Parser& p_;
+  };
+
   // Counts nesting while a parse function runs (an exception ends the parse anyway).
   struct Nest {
     Nest(Parser& p) : p_(p) {
@@ -659,6 +678,8 @@ class Parser {
   std::string_view name_;
   size_t i_ = 0;
   int nesting_ = 0;
+  int soft_ = 0;
+  std::vector<std::pair<const Token*, std::string>> unknown_;
 };
 
 }  // namespace
