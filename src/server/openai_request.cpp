@@ -351,17 +351,18 @@ std::vector<RequestParams> build_engine_requests(const ApiRequest& request, cons
                      "implies none), so /v1/chat/completions cannot format the conversation; use /v1/completions "
                      "with a prompt instead.",
                      "messages", "chat_template_missing");
-    if (request.tools_forced() && tool_call_syntax(*chat_template) != ToolCallSyntax::kHermes)
-      throw ApiError(400,
-                     "Unsupported value for 'tool_choice': this model's chat template teaches no tool-call syntax "
-                     "this server can enforce (<tool_call>...</tool_call>); use 'auto'.",
-                     "tool_choice", "unsupported_value");
     const std::string_view tools = request.tools_active() ? std::string_view(request.tools_json) : std::string_view();
     if (!tools.empty() && !chat_template->jinja)
       throw ApiError(400,
                      "This model has no chat template of its own (tokenizer.chat_template), so it cannot be shown "
                      "tools; send the request without 'tools'.",
                      "tools", "unsupported_parameter");
+    // After that check: 'auto' is advice a model with a template of its own can take.
+    if (request.tools_forced() && tool_call_syntax(*chat_template) != ToolCallSyntax::kHermes)
+      throw ApiError(400,
+                     "Unsupported value for 'tool_choice': this model's chat template teaches no tool-call syntax "
+                     "this server can enforce (<tool_call>...</tool_call>); use 'auto'.",
+                     "tool_choice", "unsupported_value");
     ChatPrompt rendered;
     try {
       rendered = render_chat_prompt(*chat_template, request.messages, /*add_assistant=*/true, tools);

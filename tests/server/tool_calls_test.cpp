@@ -332,6 +332,15 @@ TEST_F(ToolsPrompt, AutoRendersTheToolsInOrderAndNoneRendersNone) {
     EXPECT_EQ(e.status, 400);
     EXPECT_EQ(e.param, "tools");
   }
+  // So for a forced call too: that error, not advice to use 'auto', which it refuses as well.
+  try {
+    build_engine_requests(parse_api_request(body + R"(, "tool_choice": "required"})", Endpoint::kChatCompletions),
+                          *tokenizer_, &builtin, {.n_ctx = 512});
+    ADD_FAILURE() << "a built-in format accepted a forced tool call";
+  } catch (const ApiError& e) {
+    EXPECT_EQ(e.param, "tools") << e.what();
+    EXPECT_EQ(std::string(e.what()).find("use 'auto'"), std::string::npos) << e.what();
+  }
 }
 
 // ---------------------------------------------------------------- the response side
