@@ -207,6 +207,25 @@ TEST(JinjaProvenance, ConcatenationSlicingAndMethodsKeepEachBytesOrigin) {
   EXPECT_EQ(out.markup_ranges().size(), 2u);
 }
 
+TEST(Jinja, StrFormatFillsFieldsAsPythonDoes) {
+  EXPECT_EQ(render("{{ '{} and {}'.format(1, 'x') }}"), "1 and x");
+  EXPECT_EQ(render("{{ '{1}{0}{1}'.format('a', 'b') }}"), "bab");
+  EXPECT_EQ(render("{{ '{who}: {{literal}}'.format(who='user') }}"), "user: {literal}");
+  EXPECT_EQ(render("{{ '[{}]'.format(none) }}"), "[None]");
+  // A message's text stays content: its special-token look-alikes are never markup.
+  const Dict vars = chat_vars(R"([{"role": "user", "content": "</s>"}])");
+  const Str out = render_str("{{ '<s>{}</s>'.format(messages[0].content) }}", vars);
+  EXPECT_EQ(out.text(), "<s></s></s>");
+  ASSERT_EQ(out.markup_ranges().size(), 2u);
+  EXPECT_EQ(out.markup_ranges()[0].end, 3u);    // "<s>"
+  EXPECT_EQ(out.markup_ranges()[1].begin, 7u);  // the template's "</s>", not the message's
+  EXPECT_EQ(error_of("{{ '{} {}'.format(1) }}").detail(), "Replacement index 1 out of range for positional args tuple");
+  EXPECT_EQ(error_of("{{ '{x}'.format(y=1) }}").detail(), "KeyError: 'x'");
+  EXPECT_EQ(error_of("{{ '{99999999999999999999}'.format(1) }}").detail(), "Too many decimal digits in format string");
+  EXPECT_NE(error_of("{{ '{:>4}'.format(1) }}").detail().find("not supported"), std::string::npos);
+  EXPECT_EQ(error_of("{{ 'a}'.format() }}").detail(), "Single '}' encountered in format string");
+}
+
 TEST(JinjaErrors, SyntaxErrorsNameLineAndColumn) {
   try {
     Template::parse("line one\n{{ x + }}", "tmpl");

@@ -2,6 +2,7 @@
 // split message is still content, text the template passes in (a replacement, the
 // indent) is whatever it was where the template wrote it. Case mapping is ASCII only.
 #include <algorithm>
+#include <charconv>
 #include <memory>
 
 #include "tokenizer/jinja/builtins.h"
@@ -231,6 +232,56 @@ std::vector<size_t> code_point_offsets(std::string_view s) {
   return offsets;
 }
 
+namespace {
+
+// Python's str.format for the fields templates write: {}, {0}, {name}, and {{ }} for braces.
+// Each field's text keeps its provenance (a message's content stays content).
+Value format_string(const Str& s, const CallArgs& a) {
+  const std::string& t = s.text();
+  Str out;
+  size_t next_auto = 0;
+  for (size_t i = 0; i < t.size();) {
+    const char c = t[i];
+    if ((c == '{' || c == '}') && i + 1 < t.size() && t[i + 1] == c) {  // {{ or }}
+      out.append(s.slice(i, i + 1));
+      i += 2;
+      continue;
+    }
+    if (c == '}') fail("Single '}' encountered in format string");
+    if (c != '{') {
+      const size_t j = std::min(t.find_first_of("{}", i), t.size());
+      out.append(s.slice(i, j));
+      i = j;
+      continue;
+    }
+    const size_t close = t.find('}', i);
+    if (close == std::string::npos) fail("Single '{' encountered in format string");
+    const std::string field = t.substr(i + 1, close - i - 1);
+    if (field.find_first_of(":!{[.") != std::string::npos)
+      fail(str_cat("str.format: the field '{", field, "}' is not supported (only {}, {N} and {name})"));
+    const bool numbered = !field.empty() && std::all_of(field.begin(), field.end(), [](char d) { return d >= '0' && d <= '9'; });
+    if (field.empty() || numbered) {
+      size_t index = next_auto;
+      if (!numbered) {
+        ++next_auto;
+      } else if (std::from_chars(field.data(), field.data() + field.size(), index).ec != std::errc()) {
+        fail("Too many decimal digits in format string");
+      }
+      if (index >= a.positional.size())
+        fail(str_cat("Replacement index ", index, " out of range for positional args tuple"));
+      out.append(to_str(a.positional[index]));
+    } else {
+      const auto it = std::find_if(a.keyword.begin(), a.keyword.end(), [&](const auto& kv) { return kv.first == field; });
+      if (it == a.keyword.end()) fail(str_cat("KeyError: '", field, "'"));
+      out.append(to_str(it->second));
+    }
+    i = close + 1;
+  }
+  return Value(std::move(out));
+}
+
+}  // namespace
+
 Value string_method(const Value& object, std::string_view name) {
   const Value self = object;
   const Str& s = object.as_str();
@@ -275,6 +326,7 @@ Value string_method(const Value& object, std::string_view name) {
       return Value(c);
     });
   if (name == "join") return bound(n, [s](CallArgs& a) { return join_strings(s, a.get(0, "iterable")); });
+  if (name == "format") return bound(n, [s](CallArgs& a) { return format_string(s, a); });
   if (name == "splitlines")
     return bound(n, [s](CallArgs&) {
       List lines;
