@@ -17,18 +17,25 @@ void on_interrupt(int sig) {
   }
 }
 
-}  // namespace
-
-void handle_stop_signals(void (*handler)(int)) {
+void install(int sig, void (*handler)(int)) {
   struct sigaction action {};
   action.sa_handler = handler;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-  sigaction(SIGTERM, &action, nullptr);
+  sigaction(sig, &action, nullptr);
 }
 
-void catch_interrupts() { handle_stop_signals(on_interrupt); }
+}  // namespace
+
+void handle_stop_signals(void (*handler)(int)) {
+  install(SIGINT, handler);
+  install(SIGTERM, handler);
+}
+
+// SIGINT only: SIGTERM keeps its action, which for a tensor-parallel rank is the
+// communicator's report of why mpirun ended the job (a rank stuck in a collective could not
+// stop cleanly anyway).
+void catch_interrupts() { install(SIGINT, on_interrupt); }
 
 bool interrupted() { return g_interrupted.load(); }
 

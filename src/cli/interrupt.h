@@ -1,6 +1,6 @@
-// Ctrl-C (SIGINT) and SIGTERM for a command that stops cleanly: the first sets a flag the
-// command polls (run prints what it generated and its timings; quantize leaves no files);
-// a second ends the process at once, as the default action would.
+// Ctrl-C (SIGINT) for a command that stops cleanly: the first sets a flag the command
+// polls (run prints what it generated and its timings; quantize leaves no files); a second
+// ends the process at once, as the default action would. SIGTERM keeps its own action.
 //
 //   catch_interrupts();
 //   while (working) { if (interrupted()) throw Interrupted("run"); ... }
