@@ -322,6 +322,18 @@ TEST_F(ToolsPrompt, AutoRendersTheToolsInOrderAndNoneRendersNone) {
                             R"([{"function": {"name": "f", "description": "d"}, "type": "function"}]weather in Paris?)"));
   EXPECT_EQ(prompt(R"(, "tool_choice": "none")"), tokenizer_->encode("weather in Paris?"));
 
+  // A template of its own that teaches no <tool_call> syntax: a forced call cannot be
+  // enforced by the grammar, so it is refused naming tool_choice, with 'auto' as the way.
+  for (const char* choice : {R"("required")", R"({"type": "function", "function": {"name": "f"}})"}) {
+    try {
+      prompt(std::string(R"(, "tool_choice": )") + choice);
+      ADD_FAILURE() << "a template without a tool-call syntax accepted a forced call: " << choice;
+    } catch (const ApiError& e) {
+      EXPECT_EQ(e.param, "tool_choice") << e.what();
+      EXPECT_NE(std::string(e.what()).find("use 'auto'"), std::string::npos) << e.what();
+    }
+  }
+
   // A built-in format cannot show tools: 400 naming them.
   ChatTemplate builtin{ChatFormat::kChatML, ""};
   try {
