@@ -137,9 +137,12 @@ void add_outliers(const WeightMatrix& w, int64_t r0, int64_t rows, const float* 
 }
 
 // The quantized-GEMM path for matrices that share x and one activation format: x
-// quantized once, then one parallel region over all their 16-row tiles in order.
+// quantized once, then one parallel region over all their 16-row tiles in order. With
+// `glu`, the input is glu(x, up) (matmul_glu), formed a token row at a time in the
+// thread's scratch just before it is quantized.
 void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKernel* const> kernels,
-                const float* x, std::span<float* const> ys, int64_t n_tokens, ThreadPool& pool, Scratch& scratch) {
+                const float* x, std::span<float* const> ys, int64_t n_tokens, ThreadPool& pool, Scratch& scratch,
+                GluFn glu = nullptr, const float* up = nullptr) {
   const GemmKernel* kernel = kernels[0];
   const int64_t n_in = ws[0]->n_in;
   // Quantize every token row once; all threads then read them.
@@ -161,11 +164,16 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
     auto quantize = [&](int64_t begin, int64_t end, int thread) {
       for (int64_t t = begin; t < end; ++t) {
         const float* row = x + t * n_in;
+        if (glu != nullptr) {
+          float* gated = scratch.thread_data(thread);
+          glu(row, up + t * n_in, gated, n_in);
+          row = gated;
+        }
         if (masks != nullptr) row = without_outliers(row, n_in, threshold, masks + t * mask_words, scratch.thread_data(thread));
         kernel->quantize(row, dst + t * act_stride, n_in);
       }
     };
-    if (n_tokens * n_in >= kParallelQuantizeElements) pool.parallel_for(n_tokens, quantize);
+    if (n_tokens * n_in >= kParallelQuantizeElements || glu != nullptr) pool.parallel_for(n_tokens, quantize);
     else quantize(0, n_tokens, 0);
     act = dst;
     size_t used = static_cast<size_t>(n_tokens) * act_stride;
@@ -286,6 +294,31 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
       f32->gemm(args, tile, n_tokens);
     }
   });
+}
+
+void matmul_glu(const WeightMatrix& w, GluFn glu, float* gate, const float* up, float* y, int64_t n_tokens,
+                ThreadPool& pool, Scratch& scratch) {
+  check_weight_matrix(w, "matmul_glu");
+  scratch.require(pool.n_threads(), matmul_scratch_floats(w), "matmul_glu");
+  scratch.require_shared(matmul_shared_bytes(w, n_tokens), "matmul_glu");
+  if (n_tokens <= 0) return;
+  const int64_t n_in = w.n_in;
+  const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? nullptr : gemm_kernel(w.dtype, best_isa());
+  // Fused where the kernel quantizes its input, each row once, and nothing reads the float
+  // input afterwards (LLM.int8's outlier columns do).
+  const bool fused = kernel != nullptr && kernel->act != ActFormat::kF32 &&
+                     !(w.dtype == DType::I8_ROWS && int8_outlier_threshold() > 0) &&
+                     matmul_scratch_floats(w) >= static_cast<size_t>(n_in);
+  if (!fused) {
+    pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1, int) {
+      glu(gate + t0 * n_in, up + t0 * n_in, gate + t0 * n_in, (t1 - t0) * n_in);
+    });
+    matmul(w, gate, y, n_tokens, pool, scratch);
+    return;
+  }
+  const WeightMatrix* ws[1] = {&w};
+  float* ys[1] = {y};
+  gemm_group(ws, std::span<const GemmKernel* const>(&kernel, 1), gate, ys, n_tokens, pool, scratch, glu, up);
 }
 
 void matmul_reference(const WeightMatrix& w, const float* x, float* y, int64_t n_tokens) {

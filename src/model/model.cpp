@@ -493,16 +493,19 @@ void Model::mlp_layer(int il, int32_t n) {
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
   }
-  // (On one thread, the activation alone was about 6% of a 1.5B model's pp512.)
-  for_rows(pool_, n, c.n_ff, [&](int64_t t0, int64_t t1) {
-    const int64_t o = t0 * c.n_ff, len = (t1 - t0) * c.n_ff;
-    if (c.activation == Activation::kGelu)
-      kernels::geglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
-    else
-      kernels::swiglu(gate_.data() + o, up_.data() + o, gate_.data() + o, len);
-  });
-  if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
-  kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
+  const kernels::GluFn glu = c.activation == Activation::kGelu ? kernels::geglu : kernels::swiglu;
+  if (observer_ == nullptr) {
+    // The activation is formed row by row as the down projection quantizes its input,
+    // never written out in full (for a prompt, a round trip through memory).
+    kernels::matmul_glu(w.w_down, glu, gate_.data(), up_.data(), h_.data(), n, pool_, scratch_);
+  } else {
+    for_rows(pool_, n, c.n_ff, [&](int64_t t0, int64_t t1) {
+      const int64_t o = t0 * c.n_ff;
+      glu(gate_.data() + o, up_.data() + o, gate_.data() + o, (t1 - t0) * c.n_ff);
+    });
+    observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
+    kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
+  }
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's feed-forward share
   residual(w.post_ffn_norm, n);
 }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "kernels/ops.h"
 #include "test_util.h"
 
 namespace ridge::kernels {
@@ -261,6 +262,37 @@ TEST(Matmul, GroupEqualsSeparateMatmuls) {
         for (size_t i = 0; i < ms.size(); ++i)
           EXPECT_EQ(got[i], want[i]) << "matrix " << i << " (" << dtype_name(types[i]) << ") threads " << threads
                                      << " tokens " << n_tokens;
+      }
+    }
+  }
+}
+
+// The down projection of a gated FFN, fused or not, gives what forming the activation
+// and then multiplying gives, bit for bit: the quantized paths (one Q8_0 and one Q8_K
+// activation type, 37 tokens: on AMX two tiles and a remainder), the float paths and
+// LLM.int8 with outlier columns, which fall back to the two steps; SwiGLU and GeGLU.
+TEST(Matmul, GluEqualsActivationThenMatmul) {
+  const DType types[] = {DType::Q8_0, DType::Q4_K, DType::Q6_K, DType::F16, DType::F32, DType::I8_ROWS};
+  for (DType type : types) {
+    const int64_t n_in = type == DType::Q8_0 || type == DType::I8_ROWS ? 19 * 32 : 3 * 256;
+    const QuantizedMatrix m = make_matrix(type, n_in, 45);
+    for (GluFn glu : {GluFn{swiglu}, GluFn{geglu}}) {
+      for (int threads : {1, 2}) {
+        ThreadPool pool(threads);
+        for (int64_t n_tokens : {1, 37}) {
+          Scratch scratch;
+          reserve(scratch, threads, m.w, n_tokens);
+          auto gate = random_floats(static_cast<size_t>(n_tokens * n_in), 3, 4.0f);
+          const auto up = random_floats(gate.size(), 4, 4.0f);
+          if (type == DType::I8_ROWS) gate[5] = 40.0f;  // an outlier column after gating
+          std::vector<float> act(gate.size()), want(static_cast<size_t>(n_tokens * m.w.n_out));
+          glu(gate.data(), up.data(), act.data(), static_cast<int64_t>(act.size()));
+          matmul(m.w, act.data(), want.data(), n_tokens, pool, scratch);
+          std::vector<float> got(want.size(), -1.0f);
+          matmul_glu(m.w, glu, gate.data(), up.data(), got.data(), n_tokens, pool, scratch);
+          EXPECT_EQ(got, want) << dtype_name(type) << " " << (glu == GluFn{swiglu} ? "swiglu" : "geglu") << " threads "
+                               << threads << " tokens " << n_tokens;
+        }
       }
     }
   }
