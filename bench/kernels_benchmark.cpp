@@ -14,6 +14,7 @@
 #include <numeric>
 #include <random>
 #include <thread>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -108,8 +109,8 @@ void BM_GemvL2(benchmark::State& state, DType type) {
 }
 
 // Prefill and batched decode: 16, 64 or 512 tokens against one matrix that stays in the last-level cache.
-void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
-  const int64_t n_in = 2048, n_out = 2048, n_tokens = state.range(0);
+void BM_GemmShape(benchmark::State& state, DType type, int n_threads, int64_t n_in, int64_t n_out) {
+  const int64_t n_tokens = state.range(0);
   const MatrixSet m = make_matrices(type, n_in, n_out, /*stream=*/false);
   ThreadPool pool(n_threads);
   const WeightMatrix w = weight_matrix(type, n_in, n_out, m.all.data());
@@ -126,6 +127,7 @@ void BM_Gemm(benchmark::State& state, DType type, int n_threads) {
   state.counters["tokens/s"] =
       benchmark::Counter(static_cast<double>(state.iterations() * n_tokens), benchmark::Counter::kIsRate);
 }
+void BM_Gemm(benchmark::State& state, DType type, int n_threads) { BM_GemmShape(state, type, n_threads, 2048, 2048); }
 
 // A type's to_float (the trait table's dequantizer, which --matmul float and types without
 // a kernel run on every row of every step) over 256 rows of 4096 elements, one thread, in
@@ -216,6 +218,20 @@ void register_matmul() {
       if (hw == 1) break;
     }
   }
+  // A prompt step through Qwen2.5-Coder 1.5B's FFN (Q4_K_M): ffn_up/ffn_gate (1536 inputs,
+  // 8960 rows) and ffn_down (8960 inputs, 1536 rows; Q6_K in half the layers): the long rows
+  // of ffn_down hold few rows per L2-sized chunk of packed panels, unlike the square case.
+  for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
+                                          std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
+                                          std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}}})
+    benchmark::RegisterBenchmark(("GemmShape/" + std::string(dtype_name(type)) + "_" + std::to_string(n_in) + "x" +
+                                  std::to_string(n_out) + "/threads:1")
+                                     .c_str(),
+                                 BM_GemmShape, type, 1, n_in, n_out)
+        ->Arg(512)
+        ->ArgName("n_tokens")
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
 }
 
 // Decode-time attention: n_q new tokens at the end of n_ctx cached tokens.
