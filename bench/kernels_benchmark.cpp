@@ -172,7 +172,8 @@ void register_matmul() {
   // Qwen2.5-Coder 1.5B (Q4_K_M) decode: rows of 1536 inputs, six 256-element blocks.
   // ffn_gate/ffn_up (8960 rows, Q4_K) and the output projection (151936 rows, Q6_K, 18%
   // of the bytes a step reads): short rows, where a decode tile's row length, not the
-  // square 4096x4096 case, decides how well the weights stream.
+  // square 4096x4096 case, decides how well the weights stream. 16 tokens: a batched
+  // decode step of 16 sequences, its weights from DRAM as well.
   for (const auto& [type, n_out] : {std::pair{DType::Q4_K, int64_t{8960}}, std::pair{DType::Q6_K, int64_t{151936}}})
     for (int threads : {1, hw}) {
       benchmark::RegisterBenchmark(("Gemv/" + std::string(dtype_name(type)) + "_1536x" + std::to_string(n_out) +
@@ -180,6 +181,7 @@ void register_matmul() {
                                        .c_str(),
                                    BM_Gemv, type, threads, best_isa(), 1536, n_out)
           ->Arg(1)
+          ->Arg(16)
           ->ArgName("n_tokens")
           ->UseRealTime()
           ->Unit(benchmark::kMicrosecond);
@@ -221,6 +223,7 @@ void register_matmul() {
   // A prompt step through Qwen2.5-Coder 1.5B's FFN (Q4_K_M): ffn_up/ffn_gate (1536 inputs,
   // 8960 rows) and ffn_down (8960 inputs, 1536 rows; Q6_K in half the layers): the long rows
   // of ffn_down hold few rows per L2-sized chunk of packed panels, unlike the square case.
+  // And the same matrices at 16 tokens, a batched decode step, with them in cache.
   for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
                                           std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}}})
@@ -228,6 +231,7 @@ void register_matmul() {
                                   std::to_string(n_out) + "/threads:1")
                                      .c_str(),
                                  BM_GemmShape, type, 1, n_in, n_out)
+        ->Arg(16)
         ->Arg(512)
         ->ArgName("n_tokens")
         ->UseRealTime()

@@ -308,13 +308,19 @@ struct AmxKBlock {
   }
 };
 
+void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // one token tile: below
+
 // Token tiles in pairs (run_two), an odd last one alone (run_one); every tile is
 // 16 x 64 bytes in both.
 template <class K>
 void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using P = AmxKBlock<K>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
-  if (tiled < kAmxMinTokensK) return gemm<K>(a, n_rows, n_tokens);
+  if (tiled < kAmxMinTokensK) {
+    if constexpr (std::is_same_v<K, QK4<false>>)
+      if (n_tiles == 1) return gemm_amx_q4_k_rows(a, n_rows, n_tokens);
+    return gemm<K>(a, n_rows, n_tokens);
+  }
   configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
   const int64_t nb = a.n_in / kQK_K;
   const uint8_t* acts = a.amx_tiles;
@@ -470,6 +476,152 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   };
   amx_row_chunks(n_rows, n_tiles, 2, static_cast<size_t>(nb) * P::kBytes, pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
+}
+
+// ---- Q4_K for one token tile: the weight rows as tile A ------------------------------
+
+// A batch of 16-31 tokens (batched decode) is one token tile, so each weight serves 16
+// tokens. The panel form above repays its per-panel work (rows transposed into lanes,
+// the scales folded into 16-bit weights) over many token tiles; over one it costs as
+// much as the AVX-512 kernels. Here the weight rows are tile A as they lie: a row's 64
+// bytes of nibbles become two 64-byte A rows with an and and a shift, nothing
+// transposed, nothing multiplied; the activations, transposed once per call, are tile B.
+// Each 32-element sub-block is a TDPBUSD of its own, 16 rows x 16 tokens of int32 dots,
+// and its 6-bit scale applies in float: a dot is at most 32 x 15 x 128 = 61440 and scale
+// x dot at most 63 x 61440, so each half-block's sum of four is an integer below 2^24,
+// exact in float, and the two halves' float sum rounds as float(sumi) does. With the
+// mins through the activations' 16-sums (vpdpwssd) and the fmas in the reference's
+// order, every output equals the scalar reference bit for bit.
+//
+// Tiles: A (16 rows x 32 bytes: 0, 1), B (8 rows of 16 tokens x 4 bytes: 2, 3), C (4,
+// 5); the even and odd sub-blocks alternate between the two sets.
+constexpr int64_t kKRowsBlockBytes = 4 * 1024;  // a block's A rows, and its B tiles
+
+void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  using Block = BlockQ4_K;
+  const int64_t nb = a.n_in / kQK_K;
+  configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
+    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
+    acts = built;
+  }
+  // B tiles of every block: chunk c's 16 tokens x 16 dwords transposed, so B of
+  // sub-block s (elements 32 s ..) is the 512 bytes at 512 s, row k its dwords k.
+  uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * kKRowsBlockBytes, "activation tiles, transposed");
+  for (int64_t b = 0; b < nb; ++b)
+    for (int c = 0; c < 4; ++c) {
+      const uint8_t* rows[kAmxTokens];
+      for (int t = 0; t < kAmxTokens; ++t) rows[t] = acts + b * kKActTile + 1024 * c + 64 * t;
+      for (int half = 0; half < 2; ++half) {
+        __m512i out[8];
+        load_transposed(rows, 32 * half, out);
+        for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + b * kKRowsBlockBytes + 1024 * c + 512 * half + 64 * k, out[k]);
+      }
+    }
+  // Per pipeline set (3: a block is unpacked while the one before it runs on the tiles
+  // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64 bytes: the low and
+  // the high nibbles of qs[0..63], then of qs[64..127]), each row's float scales, min
+  // pairs (int16), d and dmin, and the sub-blocks' dots (16 rows x 16 tokens each).
+  alignas(64) uint8_t arows[3][kKRowsBlockBytes];
+  alignas(64) float scales[3][kPanelRows * 8];
+  alignas(64) int32_t min_pairs[3][kPanelRows * 4];
+  alignas(64) float dw[3][kPanelRows], dmw[3][kPanelRows];
+  alignas(64) int32_t dots[2][8][kAmxTokens * kPanelRows];
+  const __m512i low4 = _mm512_set1_epi8(0x0f);
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    const Block* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = reinterpret_cast<const Block*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    // Row r of block b into set `set`: its nibbles as A rows, its scales, mins, d, dmin.
+    const auto unpack_row = [&](int64_t b, int set, int r) {
+      const Block& blk = w[r][b];
+      uint8_t* dst = arows[set];
+      for (int h = 0; h < 2; ++h) {
+        const __m512i q = _mm512_loadu_si512(blk.qs + 64 * h);
+        _mm512_store_si512(dst + 2048 * h + 64 * r, _mm512_and_si512(q, low4));
+        _mm512_store_si512(dst + 2048 * h + 1024 + 64 * r, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+      }
+      const __m128i sm = scales_mins_k4_vec(blk.scales);  // 8 scales, then 8 mins
+      _mm256_store_ps(scales[set] + 8 * r, _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(sm)));
+      _mm_store_si128(reinterpret_cast<__m128i*>(min_pairs[set] + 4 * r), _mm_cvtepu8_epi16(_mm_srli_si128(sm, 8)));
+      dw[set][r] = _cvtsh_ss(blk.d);
+      dmw[set][r] = _cvtsh_ss(blk.dmin);
+    };
+    // Sub-block s of block b: A rows from region 2 (s / 4) + s % 2 of the set, bytes
+    // 32 ((s / 2) % 2) of each row; B from the transposed activations; the dots into
+    // dots[dset][s]. Even sub-blocks take tiles 0, 2, 4, odd ones 1, 3, 5.
+#define RIDGE_AMX_K4_ROWS_ISSUE(TA, TB, TC)                                                                \
+  RIDGE_TILE_LOAD(TA, arows[set] + 1024 * (2 * (s / 4) + s % 2) + 32 * ((s / 2) % 2), 64, 1024 - 32); \
+  RIDGE_TILE_LOAD(TB, bt + b * kKRowsBlockBytes + 512 * s, 64, 512);                                  \
+  _tile_zero(TC);                                                                                      \
+  _tile_dpbusd(TC, TA, TB);                                                                            \
+  RIDGE_TILE_STORE(TC, dots[dset][s])
+    const auto issue = [&](int64_t b, int s, int set, int dset) {
+      if (s % 2 == 0) {
+        RIDGE_AMX_K4_ROWS_ISSUE(0, 2, 4);
+      } else {
+        RIDGE_AMX_K4_ROWS_ISSUE(1, 3, 5);
+      }
+    };
+#undef RIDGE_AMX_K4_ROWS_ISSUE
+    // The 16 rows after the next 16 (contiguous bytes) into L2, in nb x 16 parts, one
+    // after each row's work. Measured on Qwen2.5 1.5B's ffn_up streamed from memory (16
+    // tokens, one thread): 1.2 ms, against 1.3 ms for the next 16 rows into L1 and 1.9
+    // ms for them into L1 a block step's share at a time (prefetch_ahead), whose bursts
+    // held up the row loads behind them.
+    const char* ahead_rows = reinterpret_cast<const char*>(a.w + (r0 + 2 * kPanelRows) * a.w_stride);
+    const size_t ahead_lines = (kPanelRows * a.w_stride + 63) / 64, parts = static_cast<size_t>(nb) * kPanelRows;
+    const auto prefetch_part = [&](int64_t part) {
+      const size_t begin = ahead_lines * static_cast<size_t>(part) / parts;
+      const size_t end = ahead_lines * static_cast<size_t>(part + 1) / parts;
+      for (size_t i = begin; i < end; ++i) _mm_prefetch(ahead_rows + 64 * i, _MM_HINT_T1);
+    };
+    __m512 acc[kPanelRows];  // row r's 16 tokens
+#pragma GCC unroll 16
+    for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
+    // Three blocks in flight: in the step for block b, block b + 1's sub-blocks go to the
+    // tiles, block b's dots take their scales (row by row), and block b + 2's rows are
+    // unpacked, each interleaved with the others row by row, so that the tile unit and
+    // the vector unit both have work within the reorder window (with the three phases
+    // one after the other, the step took the sum of their times). A tile load reads rows
+    // unpacked a whole step before, after the stores have reached the cache.
+    const auto set_of = [](int64_t b) { return static_cast<int>(b % 3); };
+    for (int r = 0; r < kPanelRows; ++r) unpack_row(0, 0, r);
+    for (int r = 0; r < kPanelRows && nb > 1; ++r) unpack_row(1, 1, r);
+    for (int s = 0; s < 8; ++s) issue(0, s, 0, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int set = set_of(b), dset = static_cast<int>(b % 2);
+      const bool next = b + 1 < nb, ahead = b + 2 < nb;
+      const uint8_t* act = acts + b * kKActTile;
+      const __m512 dy = _mm512_loadu_ps(act + 4096);  // a.amx_tiles need not be aligned
+      __m512i sums[4];
+      for (int i = 0; i < 4; ++i) sums[i] = _mm512_loadu_si512(act + 4096 + 64 + 64 * i);
+#pragma GCC unroll 16
+      for (int r = 0; r < kPanelRows; ++r) {
+        if (next && r % 2 == 0) issue(b + 1, r / 2, set_of(b + 1), 1 - dset);
+        prefetch_part(b * kPanelRows + r);
+        const float* sc = scales[set] + 8 * r;
+        const auto term = [&](int s) { return _mm512_cvtepi32_ps(_mm512_load_si512(dots[dset][s] + kAmxTokens * r)); };
+        __m512 lo = _mm512_mul_ps(term(0), _mm512_set1_ps(sc[0]));
+        __m512 hi = _mm512_mul_ps(term(4), _mm512_set1_ps(sc[4]));
+        for (int s = 1; s < 4; ++s) {
+          lo = _mm512_fmadd_ps(term(s), _mm512_set1_ps(sc[s]), lo);
+          hi = _mm512_fmadd_ps(term(4 + s), _mm512_set1_ps(sc[4 + s]), hi);
+        }
+        __m512i imin = _mm512_setzero_si512();
+        for (int i = 0; i < 4; ++i) imin = _mm512_dpwssd_epi32(imin, sums[i], _mm512_set1_epi32(min_pairs[set][4 * r + i]));
+        acc[r] = _mm512_fmadd_ps(_mm512_add_ps(lo, hi), _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
+        acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(_mm512_set1_ps(dmw[set][r]), dy), acc[r]);
+        if (ahead) unpack_row(b + 2, set_of(b + 2), r);
+      }
+    }
+    transpose16x16_ps(acc);  // now token t's 16 rows
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
+  }
+  if (n_tokens > kAmxTokens) gemm<QK4<false>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
 // ---- the throughput probe --------------------------------------------------------------

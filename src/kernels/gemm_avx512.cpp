@@ -118,6 +118,32 @@ inline void load_transposed(const uint8_t* const* rows, size_t off, __m512i (&ou
   transpose16x8(v, out);
 }
 
+// Transposes a 16 x 16 float matrix in place: v[j] lane i = old v[i] lane j.
+inline void transpose16x16_ps(__m512 (&v)[16]) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 16; i += 2) {  // rows i, i + 1 interleaved per 128-bit lane
+    t[i] = _mm512_unpacklo_ps(v[i], v[i + 1]);
+    t[i + 1] = _mm512_unpackhi_ps(v[i], v[i + 1]);
+  }
+  for (int i = 0; i < 16; i += 4) {  // 4 rows' element k in each 128-bit lane
+    u[i] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 1] = _mm512_shuffle_ps(t[i], t[i + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    u[i + 2] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    u[i + 3] = _mm512_shuffle_ps(t[i + 1], t[i + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  // u[4 q + k] lane 4 l + m = row 4 q + m, element 4 l + k: gather the 128-bit lanes.
+  for (int k = 0; k < 4; ++k) {
+    const __m512 a = _mm512_shuffle_f32x4(u[k], u[4 + k], _MM_SHUFFLE(2, 0, 2, 0));       // l = 0, 2 of rows 0-7
+    const __m512 b = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], _MM_SHUFFLE(2, 0, 2, 0));  // of rows 8-15
+    const __m512 c = _mm512_shuffle_f32x4(u[k], u[4 + k], _MM_SHUFFLE(3, 1, 3, 1));       // l = 1, 3
+    const __m512 d = _mm512_shuffle_f32x4(u[8 + k], u[12 + k], _MM_SHUFFLE(3, 1, 3, 1));
+    v[k] = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(2, 0, 2, 0));       // element k: l = 0
+    v[8 + k] = _mm512_shuffle_f32x4(a, b, _MM_SHUFFLE(3, 1, 3, 1));   // l = 2
+    v[4 + k] = _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(2, 0, 2, 0));   // l = 1
+    v[12 + k] = _mm512_shuffle_f32x4(c, d, _MM_SHUFFLE(3, 1, 3, 1));  // l = 3
+  }
+}
+
 // Transposes a 16 x 16 byte matrix in place: x[j] byte r = old x[r] byte j. Four rounds of
 // interleaving rows i and i + 8 (the perfect shuffle) transpose any 2^k x 2^k matrix.
 inline void transpose16x16_bytes(__m128i (&x)[16]) {
