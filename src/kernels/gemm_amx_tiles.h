@@ -308,7 +308,9 @@ struct AmxKBlock {
   }
 };
 
-void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // one token tile: below
+// One token tile (16-31 tokens), the weight rows as tile A: below.
+void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);
+void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);
 
 // Token tiles in pairs (run_two), an odd last one alone (run_one); every tile is
 // 16 x 64 bytes in both.
@@ -319,6 +321,8 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   if (tiled < kAmxMinTokensK) {
     if constexpr (std::is_same_v<K, QK4<false>>)
       if (n_tiles == 1) return gemm_amx_q4_k_rows(a, n_rows, n_tokens);
+    if constexpr (std::is_same_v<K, Q6K>)
+      if (n_tiles == 1) return gemm_amx_q6_k_rows(a, n_rows, n_tokens);
     return gemm<K>(a, n_rows, n_tokens);
   }
   configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
@@ -497,18 +501,11 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 // 5); the even and odd sub-blocks alternate between the two sets.
 constexpr int64_t kKRowsBlockBytes = 4 * 1024;  // a block's A rows, and its B tiles
 
-void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  using Block = BlockQ4_K;
-  const int64_t nb = a.n_in / kQK_K;
-  configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
-  const uint8_t* acts = a.amx_tiles;
-  if (acts == nullptr) {
-    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
-    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
-    acts = built;
-  }
-  // B tiles of every block: chunk c's 16 tokens x 16 dwords transposed, so B of
-  // sub-block s (elements 32 s ..) is the 512 bytes at 512 s, row k its dwords k.
+// The activations of one token tile as tile B (16 tokens x 4 bytes per row), for every
+// block: chunk c's 16 tokens x 16 dwords of the tile layout above, transposed, at 1024 c
+// of the block's kKRowsBlockBytes. Rows 0-7 are B of the chunk's first 32 elements, rows
+// 8-15 of its second; all 16, B of its 64. Per thread, from the caller's tile layout.
+inline const uint8_t* transposed_k_act_tiles(const uint8_t* acts, int64_t nb) {
   uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * kKRowsBlockBytes, "activation tiles, transposed");
   for (int64_t b = 0; b < nb; ++b)
     for (int c = 0; c < 4; ++c) {
@@ -520,6 +517,38 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + b * kKRowsBlockBytes + 1024 * c + 512 * half + 64 * k, out[k]);
       }
     }
+  return bt;
+}
+
+// The 16 weight rows after the next 16 (contiguous bytes) into L2, in nb x 16 parts, one
+// after each row's work in a block step. Measured on Qwen2.5 1.5B's ffn_up streamed from
+// memory (16 tokens, one thread): 1.2 ms, against 1.3 ms for the next 16 rows into L1 and
+// 1.9 ms for them into L1 a block step's share at a time (prefetch_ahead), whose bursts
+// held up the row loads behind them.
+struct RowsAhead {
+  const char* rows;
+  size_t lines, parts;
+  RowsAhead(const GemmArgs& a, int64_t r0, int64_t nb)
+      : rows(reinterpret_cast<const char*>(a.w + (r0 + 2 * kPanelRows) * a.w_stride)),
+        lines((kPanelRows * a.w_stride + 63) / 64),
+        parts(static_cast<size_t>(nb) * kPanelRows) {}
+  void operator()(int64_t part) const {
+    const size_t begin = lines * static_cast<size_t>(part) / parts, end = lines * static_cast<size_t>(part + 1) / parts;
+    for (size_t i = begin; i < end; ++i) _mm_prefetch(rows + 64 * i, _MM_HINT_T1);
+  }
+};
+
+void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  using Block = BlockQ4_K;
+  const int64_t nb = a.n_in / kQK_K;
+  configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
+    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
+    acts = built;
+  }
+  const uint8_t* bt = transposed_k_act_tiles(acts, nb);
   // Per pipeline set (3: a block is unpacked while the one before it runs on the tiles
   // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64 bytes: the low and
   // the high nibbles of qs[0..63], then of qs[64..127]), each row's float scales, min
@@ -566,18 +595,7 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       }
     };
 #undef RIDGE_AMX_K4_ROWS_ISSUE
-    // The 16 rows after the next 16 (contiguous bytes) into L2, in nb x 16 parts, one
-    // after each row's work. Measured on Qwen2.5 1.5B's ffn_up streamed from memory (16
-    // tokens, one thread): 1.2 ms, against 1.3 ms for the next 16 rows into L1 and 1.9
-    // ms for them into L1 a block step's share at a time (prefetch_ahead), whose bursts
-    // held up the row loads behind them.
-    const char* ahead_rows = reinterpret_cast<const char*>(a.w + (r0 + 2 * kPanelRows) * a.w_stride);
-    const size_t ahead_lines = (kPanelRows * a.w_stride + 63) / 64, parts = static_cast<size_t>(nb) * kPanelRows;
-    const auto prefetch_part = [&](int64_t part) {
-      const size_t begin = ahead_lines * static_cast<size_t>(part) / parts;
-      const size_t end = ahead_lines * static_cast<size_t>(part + 1) / parts;
-      for (size_t i = begin; i < end; ++i) _mm_prefetch(ahead_rows + 64 * i, _MM_HINT_T1);
-    };
+    const RowsAhead prefetch_part(a, r0, nb);
     __m512 acc[kPanelRows];  // row r's 16 tokens
 #pragma GCC unroll 16
     for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
@@ -622,6 +640,127 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
   }
   if (n_tokens > kAmxTokens) gemm<QK4<false>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
+}
+
+// Q6_K the same way, its sub-block scales folded into the weights as the panel form
+// does (16-element sub-blocks with int8 scales would take 16 tiles and as many stores
+// of dots per block): w = scale x (q - 32), at most 13 bits, split into bytes w = 256 hi
+// + lo, so that two TDPBs per 64 elements (lo unsigned, hi signed) sum the whole block
+// in integers, isum = C_lo + 256 C_hi, exactly the reference's sumi. Tiles: A lo and hi,
+// B (0, 1, 2 and 3, 4, 5, the chunks alternating), C lo and hi (6, 7).
+void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  using Block = BlockQ6_K;
+  const int64_t nb = a.n_in / kQK_K;
+  configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
+    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
+    acts = built;
+  }
+  const uint8_t* bt = transposed_k_act_tiles(acts, nb);
+  // Per pipeline set (3, as for Q4_K): the block's A rows, 64 elements a chunk, the low
+  // bytes of chunk c at 2048 c and the high bytes at 2048 c + 1024 (16 rows x 64 bytes
+  // each); each row's d. Per dot set: the block's lo and hi dots.
+  constexpr size_t kARows = 2 * kKRowsBlockBytes;
+  alignas(64) uint8_t arows[3][kARows];
+  alignas(64) float dw[3][kPanelRows];
+  alignas(64) int32_t dots[2][2][kAmxTokens * kPanelRows];
+  const __m512i low4 = _mm512_set1_epi8(0x0f), bits45 = _mm512_set1_epi8(0x30);
+  const __m512i low_bytes = _mm512_set1_epi16(0x00ff), offset = _mm512_set1_epi16(32);
+  // Shifts of the broadcast qh bytes that bring quarter q's two bits to bits 4-5: left by
+  // 4 and 2 (quarters 0, 1: chunk 2 h), right by 0 and 2 (quarters 2, 3: chunk 2 h + 1).
+  const __m512i up = _mm512_inserti64x4(_mm512_set1_epi16(4), _mm256_set1_epi16(2), 1);
+  const __m512i down = _mm512_inserti64x4(_mm512_setzero_si512(), _mm256_set1_epi16(2), 1);
+  // Word i of chunk c covers elements 2 i and 2 i + 1: sub-block 4 c + i / 8's scale.
+  __m512i pick_scale[4];
+  for (int c = 0; c < 4; ++c) {
+    alignas(64) int16_t idx[32];
+    for (int i = 0; i < 32; ++i) idx[i] = static_cast<int16_t>(4 * c + i / 8);
+    pick_scale[c] = _mm512_load_si512(idx);
+  }
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    const Block* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = reinterpret_cast<const Block*>(a.w + (r0 + std::min(r, rows - 1)) * a.w_stride);
+    // Row r of block b into set `set`: q (0..63) in element order, then scale x (q - 32)
+    // as 16-bit words for the even and the odd bytes, split into its two bytes.
+    const auto unpack_row = [&](int64_t b, int set, int r) {
+      const Block& blk = w[r][b];
+      const __m512i sc = _mm512_castsi256_si512(_mm256_cvtepi8_epi16(load128(blk.scales)));
+      for (int h = 0; h < 2; ++h) {
+        const __m512i ql = _mm512_loadu_si512(blk.ql + 64 * h);
+        const __m512i qh = _mm512_broadcast_i64x4(load256(blk.qh + 32 * h));
+        // 0xea = (a & b) | c: the low or high nibbles, and the two bits from qh.
+        const __m512i q[2] = {
+            _mm512_ternarylogic_epi32(ql, low4, _mm512_and_si512(_mm512_sllv_epi16(qh, up), bits45), 0xea),
+            _mm512_ternarylogic_epi32(_mm512_srli_epi16(ql, 4), low4,
+                                      _mm512_and_si512(_mm512_srlv_epi16(qh, down), bits45), 0xea)};
+        for (int k = 0; k < 2; ++k) {
+          const int c = 2 * h + k;
+          const __m512i scale = _mm512_permutexvar_epi16(pick_scale[c], sc);
+          const __m512i even = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_and_si512(q[k], low_bytes), offset), scale);
+          const __m512i odd = _mm512_mullo_epi16(_mm512_sub_epi16(_mm512_srli_epi16(q[k], 8), offset), scale);
+          // 0xd8 = c ? b : a, bitwise; c is the mask of the low bytes.
+          uint8_t* dst = arows[set] + 2048 * c + 64 * r;
+          _mm512_store_si512(dst, _mm512_ternarylogic_epi32(_mm512_slli_epi16(odd, 8), even, low_bytes, 0xd8));
+          _mm512_store_si512(dst + 1024, _mm512_ternarylogic_epi32(odd, _mm512_srli_epi16(even, 8), low_bytes, 0xd8));
+        }
+      }
+      dw[set][r] = _cvtsh_ss(blk.d);
+    };
+    // Chunk c of block b: zero C first, store it after the last chunk.
+#define RIDGE_AMX_Q6_ROWS_ISSUE(TL, TH, TB)                                     \
+  RIDGE_TILE_LOAD(TL, arows[set] + 2048 * c, 64, 1024);                         \
+  RIDGE_TILE_LOAD(TH, arows[set] + 2048 * c + 1024, 64, 1024);                  \
+  RIDGE_TILE_LOAD(TB, bt + b * kKRowsBlockBytes + 1024 * c, 64, 1024);          \
+  _tile_dpbusd(6, TL, TB);                                                      \
+  _tile_dpbssd(7, TH, TB)
+    const auto issue = [&](int64_t b, int c, int set, int dset) {
+      if (c == 0) {
+        _tile_zero(6);
+        _tile_zero(7);
+      }
+      if (c % 2 == 0) {
+        RIDGE_AMX_Q6_ROWS_ISSUE(0, 1, 2);
+      } else {
+        RIDGE_AMX_Q6_ROWS_ISSUE(3, 4, 5);
+      }
+      if (c == 3) {
+        RIDGE_TILE_STORE(6, dots[dset][0]);
+        RIDGE_TILE_STORE(7, dots[dset][1]);
+      }
+    };
+#undef RIDGE_AMX_Q6_ROWS_ISSUE
+    const RowsAhead prefetch_part(a, r0, nb);
+    __m512 acc[kPanelRows];  // row r's 16 tokens
+#pragma GCC unroll 16
+    for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
+    // As for Q4_K: block b + 1 on the tiles, block b's dots combined, block b + 2
+    // unpacked, interleaved row by row.
+    const auto set_of = [](int64_t b) { return static_cast<int>(b % 3); };
+    for (int r = 0; r < kPanelRows; ++r) unpack_row(0, 0, r);
+    for (int r = 0; r < kPanelRows && nb > 1; ++r) unpack_row(1, 1, r);
+    for (int c = 0; c < 4; ++c) issue(0, c, 0, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int set = set_of(b), dset = static_cast<int>(b % 2);
+      const bool next = b + 1 < nb, ahead = b + 2 < nb;
+      const __m512 dy = _mm512_loadu_ps(acts + b * kKActTile + 4096);  // a.amx_tiles need not be aligned
+#pragma GCC unroll 16
+      for (int r = 0; r < kPanelRows; ++r) {
+        if (next && r % 4 == 0) issue(b + 1, r / 4, set_of(b + 1), 1 - dset);
+        prefetch_part(b * kPanelRows + r);
+        const __m512i isum = _mm512_add_epi32(_mm512_load_si512(dots[dset][0] + kAmxTokens * r),
+                                              _mm512_slli_epi32(_mm512_load_si512(dots[dset][1] + kAmxTokens * r), 8));
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
+        if (ahead) unpack_row(b + 2, set_of(b + 2), r);
+      }
+    }
+    transpose16x16_ps(acc);  // now token t's 16 rows
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
+  }
+  if (n_tokens > kAmxTokens) gemm<Q6K>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
 // ---- the throughput probe --------------------------------------------------------------
