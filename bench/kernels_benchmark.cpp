@@ -161,6 +161,7 @@ void register_matmul() {
         ->Arg(1)
         ->Arg(4)
         ->Arg(8)
+        ->Arg(16)
         ->ArgName("n_tokens")
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);

@@ -199,6 +199,8 @@ struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped ba
   static void rest(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { kRest(a, n_rows, n_tokens); }
 };
 
+void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // one token tile: below
+
 // Tiles, per pipeline half: A (16 tokens x one block: 0, 1), B (the block's 8 panel
 // vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
 template <class Src>
@@ -206,6 +208,8 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   constexpr size_t kBlock = Src::kBlock;  // a block's vectors, factors (and mins) in the panel
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
+  if constexpr (std::is_same_v<Src, AmxQ8Source<U8Q8_0>>)
+    if (n_tiles == 1) return gemm_amx_q8_0_rows(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
   const uint8_t* acts = a.amx_tiles;
@@ -761,6 +765,91 @@ void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
   }
   if (n_tokens > kAmxTokens) gemm<Q6K>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
+}
+
+// Q8_0 at 16-31 tokens (one token tile), as Q4_K and Q6_K above: the weight rows are tile
+// A straight from the GGUF blocks, one strided tile load of 16 rows' 32 bytes, nothing
+// unpacked; the activations, transposed once per call, are tile B. A TDPBSSD per block,
+// then its float scales through the reference's fma. (The panel form unpacks each block
+// into 16-row vectors, shifted to unsigned and back, for one token tile's use.)
+void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  const int64_t nb = a.n_in / 32;
+  configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
+  const uint8_t* acts = a.amx_tiles;
+  if (acts == nullptr) {
+    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_0, a.n_in));
+    build_q8_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
+    acts = built;
+  }
+  // B of block b at 512 b: the tile's 16 tokens x 8 dwords, transposed.
+  uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * 512, "activation tiles, transposed");
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rows[kAmxTokens];
+    for (int t = 0; t < kAmxTokens; ++t) rows[t] = acts + b * kQ8ActTile + 32 * t;
+    __m512i out[8];
+    load_transposed(rows, 0, out);
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * b + 64 * k, out[k]);
+  }
+  alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
+  alignas(64) float dw[2][kPanelRows];
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
+    const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
+    const uint8_t* w[kPanelRows];
+    for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
+    // Block b's A rows at base + b * step, `stride` bytes apart: in the file, or for the
+    // last rows of a matrix (fewer than 16, which a 16-row load would read past) copied
+    // out with the last row repeated.
+    const uint8_t* base = a.w + r0 * a.w_stride + offsetof(BlockQ8_0, qs);
+    size_t stride = a.w_stride, step = sizeof(BlockQ8_0);
+    if (rows < kPanelRows) {
+      uint8_t* copy = thread_buffer<3>(static_cast<size_t>(nb) * 512, "last weight rows");
+      for (int64_t b = 0; b < nb; ++b)
+        for (int r = 0; r < kPanelRows; ++r)
+          std::memcpy(copy + 512 * b + 32 * r, w[r] + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs), 32);
+      __asm__ volatile("" ::: "memory");  // the copies are in memory before the tile loads below
+      base = copy, stride = 32, step = 512;
+    }
+    const auto issue = [&](int64_t b, int set) {
+      for (int r = 0; r < kPanelRows; ++r) {
+        uint16_t d;
+        std::memcpy(&d, w[r] + b * sizeof(BlockQ8_0), sizeof(d));
+        dw[set][r] = _cvtsh_ss(d);
+      }
+      // The weights are read-only: the A load names no memory (see the copy above).
+#define RIDGE_AMX_Q8_ROWS_ISSUE(TA, TB, TC)                                                         \
+  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #TA : : "r"(base + b * step), "r"(static_cast<long>(stride))); \
+  RIDGE_TILE_LOAD(TB, bt + 512 * b, 64, 512);                                                       \
+  _tile_zero(TC);                                                                                   \
+  _tile_dpbssd(TC, TA, TB);                                                                         \
+  RIDGE_TILE_STORE(TC, dots[set])
+      if (set == 0) {
+        RIDGE_AMX_Q8_ROWS_ISSUE(0, 2, 4);
+      } else {
+        RIDGE_AMX_Q8_ROWS_ISSUE(1, 3, 5);
+      }
+#undef RIDGE_AMX_Q8_ROWS_ISSUE
+    };
+    const RowsAhead prefetch_part(a, r0, nb);
+    __m512 acc[kPanelRows];  // row r's 16 tokens
+#pragma GCC unroll 16
+    for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
+    issue(0, 0);
+    for (int64_t b = 0; b < nb; ++b) {
+      const int set = static_cast<int>(b % 2);
+      if (b + 1 < nb) issue(b + 1, 1 - set);
+      const __m512 dy = _mm512_loadu_ps(acts + b * kQ8ActTile + kAmxTokens * 32);  // a.amx_tiles need not be aligned
+#pragma GCC unroll 16
+      for (int r = 0; r < kPanelRows; ++r) {
+        prefetch_part(b * kPanelRows + r);
+        acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kAmxTokens * r)),
+                                 _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
+      }
+    }
+    transpose16x16_ps(acc);  // now token t's 16 rows
+#pragma GCC unroll 16
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
+  }
+  if (n_tokens > kAmxTokens) gemm<Q8Family<U8Q8_0>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
 // ---- the throughput probe --------------------------------------------------------------
