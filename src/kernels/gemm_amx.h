@@ -14,9 +14,9 @@
 // exact integer block dot products, then the float scales apply per block in block order
 // as there. Tokens past the last whole 16-token tile, and batches too small to repay
 // unpacking the panels (below 16 tokens; 32 for the K-quants), run on the AVX-512 VNNI
-// kernels, which are bit-identical too. Except Q8_0, Q4_K and Q6_K at 16-31 tokens (batched
-// decode): one token tile, with the weight rows as the tiles' first operand, unpacked
-// without being transposed (gemm_amx_tiles.h).
+// kernels, which are bit-identical too. Except Q8_0, Q4_0, Q5_0, Q4_K and Q6_K at 16-31
+// tokens (batched decode): one token tile, with the weight rows as the tiles' first
+// operand, unpacked without being transposed (gemm_amx_tiles.h).
 #pragma once
 
 #include <cstdint>

@@ -164,6 +164,7 @@ inline void build_k_act_tiles(const uint8_t* act, size_t act_stride, int64_t n_i
 template <class U8>
 struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shifted back to q
   using K = Q8Family<U8>;
+  using U8Type = U8;
   static constexpr bool kRowScale = false;
   // Q4_1/Q5_1: q unsigned as stored (products as signed x unsigned bytes), and after the
   // block's scales its mins, whose term is the reference's second fma, m * sum(y).
@@ -199,7 +200,8 @@ struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped ba
   static void rest(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) { kRest(a, n_rows, n_tokens); }
 };
 
-void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // one token tile: below
+template <class U8>
+void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // one token tile: below
 
 // Tiles, per pipeline half: A (16 tokens x one block: 0, 1), B (the block's 8 panel
 // vectors: 2, 3), C (16 tokens x 16 rows of int32: 4, 5).
@@ -208,8 +210,9 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   constexpr size_t kBlock = Src::kBlock;  // a block's vectors, factors (and mins) in the panel
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
-  if constexpr (std::is_same_v<Src, AmxQ8Source<U8Q8_0>>)
-    if (n_tiles == 1) return gemm_amx_q8_0_rows(a, n_rows, n_tokens);
+  if constexpr (std::is_same_v<Src, AmxQ8Source<U8Q8_0>> || std::is_same_v<Src, AmxQ8Source<U8Q4_0>> ||
+                std::is_same_v<Src, AmxQ8Source<U8Q5_0>>)
+    if (n_tiles == 1) return gemm_amx_q8_rows<typename Src::U8Type>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
   const uint8_t* acts = a.amx_tiles;
@@ -767,12 +770,17 @@ void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   if (n_tokens > kAmxTokens) gemm<Q6K>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
-// Q8_0 at 16-31 tokens (one token tile), as Q4_K and Q6_K above: the weight rows are tile
-// A straight from the GGUF blocks, one strided tile load of 16 rows' 32 bytes, nothing
-// unpacked; the activations, transposed once per call, are tile B. A TDPBSSD per block,
-// then its float scales through the reference's fma. (The panel form unpacks each block
-// into 16-row vectors, shifted to unsigned and back, for one token tile's use.)
-void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+// Q8_0, Q4_0 and Q5_0 at 16-31 tokens (one token tile), as Q4_K and Q6_K above: the
+// weight rows are tile A, for Q8_0 straight from the GGUF blocks (one strided tile load of
+// 16 rows' 32 bytes, nothing unpacked), for Q4_0/Q5_0 unpacked per 16 rows into signed
+// bytes q - 2^kShift, in element order; the activations, transposed once per call, are
+// tile B. A TDPBSSD per block, then its float scales through the reference's fma. (The
+// panel form unpacks each block into 16-row vectors, shifted to unsigned and back, for
+// one token tile's use.)
+template <class U8>
+void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  constexpr bool kDirect = std::is_same_v<U8, U8Q8_0>;
+  constexpr size_t kBytes = U8::kBytes;  // a block; its f16 scale first
   const int64_t nb = a.n_in / 32;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
   const uint8_t* acts = a.amx_tiles;
@@ -796,23 +804,26 @@ void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
-    // Block b's A rows at base + b * step, `stride` bytes apart: in the file, or for the
-    // last rows of a matrix (fewer than 16, which a 16-row load would read past) copied
-    // out with the last row repeated.
+    // Block b's A rows at base + b * step, `stride` bytes apart: for Q8_0 in the file,
+    // except the last rows of a matrix (fewer than 16, which a 16-row load would read
+    // past), copied out with the last row repeated as the unpacked types' are.
     const uint8_t* base = a.w + r0 * a.w_stride + offsetof(BlockQ8_0, qs);
-    size_t stride = a.w_stride, step = sizeof(BlockQ8_0);
-    if (rows < kPanelRows) {
-      uint8_t* copy = thread_buffer<3>(static_cast<size_t>(nb) * 512, "last weight rows");
-      for (int64_t b = 0; b < nb; ++b)
-        for (int r = 0; r < kPanelRows; ++r)
-          std::memcpy(copy + 512 * b + 32 * r, w[r] + b * sizeof(BlockQ8_0) + offsetof(BlockQ8_0, qs), 32);
-      __asm__ volatile("" ::: "memory");  // the copies are in memory before the tile loads below
+    size_t stride = a.w_stride, step = kBytes;
+    if (!kDirect || rows < kPanelRows) {
+      uint8_t* copy = thread_buffer<3>(static_cast<size_t>(nb) * 512, "unpacked weight rows");
+      const __m256i offset = _mm256_set1_epi8(static_cast<char>(1 << U8::kShift));
+      for (int64_t b = 0; b < nb; ++b) {
+        for (int r = 0; r < kPanelRows; ++r)  // U8Q8_0::load is q + 128: back to q as well
+          _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r),
+                             _mm256_sub_epi8(U8::load(w[r] + b * kBytes), offset));
+      }
+      __asm__ volatile("" ::: "memory");  // the rows are in memory before the tile loads below
       base = copy, stride = 32, step = 512;
     }
     const auto issue = [&](int64_t b, int set) {
       for (int r = 0; r < kPanelRows; ++r) {
         uint16_t d;
-        std::memcpy(&d, w[r] + b * sizeof(BlockQ8_0), sizeof(d));
+        std::memcpy(&d, w[r] + b * kBytes, sizeof(d));
         dw[set][r] = _cvtsh_ss(d);
       }
       // The weights are read-only: the A load names no memory (see the copy above).
@@ -849,7 +860,7 @@ void gemm_amx_q8_0_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
   }
-  if (n_tokens > kAmxTokens) gemm<Q8Family<U8Q8_0>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
+  if (n_tokens > kAmxTokens) gemm<Q8Family<U8>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
 // ---- the throughput probe --------------------------------------------------------------
