@@ -84,3 +84,19 @@ def test_amx_perplexity_digits_equal_avx512(name):
         assert res.returncode == 0, res.stderr
         finals[isa] = [line for line in (res.stdout + res.stderr).splitlines() if "Final estimate" in line]
     assert finals["amx_int8"] and finals["amx_int8"] == finals["avx512_vnni"]
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_amx_one_token_tile_steps_equal_avx512(name):
+    """Steps of 16 tokens (windows of 16, one at a time) run every matrix as a single token
+    tile, the path batched decode of 16 sequences takes (the weight rows as tile A), and
+    must give the AVX-512 kernels' perplexity digits as well."""
+    model = model_or_skip(name)
+    require_isas(model)
+    finals = {}
+    for isa in ("avx512_vnni", "amx_int8"):
+        res = run_with_isa(isa, "perplexity", "-m", str(model), "-f", str(WIKI), "-c", "16", "-b", "16", "--chunks", "12",
+                           "-t", "2", "--kv-type", "f32")
+        assert res.returncode == 0, res.stderr
+        finals[isa] = [line for line in (res.stdout + res.stderr).splitlines() if "Final estimate" in line]
+    assert finals["amx_int8"] and finals["amx_int8"] == finals["avx512_vnni"]
