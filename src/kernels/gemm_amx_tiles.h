@@ -804,34 +804,35 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
-    // Block b's A rows at base + b * step, `stride` bytes apart: for Q8_0 in the file,
-    // except the last rows of a matrix (fewer than 16, which a 16-row load would read
-    // past), copied out with the last row repeated as the unpacked types' are.
-    const uint8_t* base = a.w + r0 * a.w_stride + offsetof(BlockQ8_0, qs);
-    size_t stride = a.w_stride, step = kBytes;
-    if (!kDirect || rows < kPanelRows) {
-      uint8_t* copy = thread_buffer<3>(static_cast<size_t>(nb) * 512, "unpacked weight rows");
-      const __m256i offset = _mm256_set1_epi8(static_cast<char>(1 << U8::kShift));
-      for (int64_t b = 0; b < nb; ++b) {
-        for (int r = 0; r < kPanelRows; ++r)  // U8Q8_0::load is q + 128: back to q as well
-          _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r),
-                             _mm256_sub_epi8(U8::load(w[r] + b * kBytes), offset));
-      }
-      __asm__ volatile("" ::: "memory");  // the rows are in memory before the tile loads below
-      base = copy, stride = 32, step = 512;
-    }
+    // Block b's A rows: for Q8_0 in the file (16 rows w_stride apart), except the last
+    // rows of a matrix (fewer than 16, which a 16-row load would read past), copied out
+    // with the last row repeated as the unpacked types' rows are, to copy + 512 b.
+    const bool staged = !kDirect || rows < kPanelRows;
+    uint8_t* copy = staged ? thread_buffer<3>(static_cast<size_t>(nb) * 512, "unpacked weight rows") : nullptr;
+    const __m256i offset = _mm256_set1_epi8(static_cast<char>(1 << U8::kShift));
+    const auto unpack_row = [&](int64_t b, int r) {  // U8Q8_0::load is q + 128: back to q as well
+      _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r),
+                         _mm256_sub_epi8(U8::load(w[r] + b * kBytes), offset));
+    };
     const auto issue = [&](int64_t b, int set) {
       for (int r = 0; r < kPanelRows; ++r) {
         uint16_t d;
         std::memcpy(&d, w[r] + b * kBytes, sizeof(d));
         dw[set][r] = _cvtsh_ss(d);
       }
-      // The weights are read-only: the A load names no memory (see the copy above).
-#define RIDGE_AMX_Q8_ROWS_ISSUE(TA, TB, TC)                                                         \
-  __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #TA : : "r"(base + b * step), "r"(static_cast<long>(stride))); \
-  RIDGE_TILE_LOAD(TB, bt + 512 * b, 64, 512);                                                       \
-  _tile_zero(TC);                                                                                   \
-  _tile_dpbssd(TC, TA, TB);                                                                         \
+      // The file's weights are read-only: that A load names no memory; the copied rows'
+      // load names them, so it follows the stores that wrote them.
+#define RIDGE_AMX_Q8_ROWS_ISSUE(TA, TB, TC)                                                                       \
+  if (staged) {                                                                                                   \
+    RIDGE_TILE_LOAD(TA, copy + 512 * b, 32, 512);                                                                 \
+  } else {                                                                                                        \
+    __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #TA                                                             \
+                     :                                                                                            \
+                     : "r"(a.w + r0 * a.w_stride + b * kBytes + offsetof(BlockQ8_0, qs)), "r"(static_cast<long>(a.w_stride))); \
+  }                                                                                                               \
+  RIDGE_TILE_LOAD(TB, bt + 512 * b, 64, 512);                                                                     \
+  _tile_zero(TC);                                                                                                 \
+  _tile_dpbssd(TC, TA, TB);                                                                                       \
   RIDGE_TILE_STORE(TC, dots[set])
       if (set == 0) {
         RIDGE_AMX_Q8_ROWS_ISSUE(0, 2, 4);
@@ -844,9 +845,14 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     __m512 acc[kPanelRows];  // row r's 16 tokens
 #pragma GCC unroll 16
     for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
+    // Staged rows are unpacked two blocks ahead, a row after each row's combining, as
+    // the K-quant kernels do: not all of them before the first tile product.
+    for (int64_t b = 0; b < std::min<int64_t>(2, nb) && staged; ++b)
+      for (int r = 0; r < kPanelRows; ++r) unpack_row(b, r);
     issue(0, 0);
     for (int64_t b = 0; b < nb; ++b) {
       const int set = static_cast<int>(b % 2);
+      const bool ahead = staged && b + 2 < nb;
       if (b + 1 < nb) issue(b + 1, 1 - set);
       const __m512 dy = _mm512_loadu_ps(acts + b * kQ8ActTile + kAmxTokens * 32);  // a.amx_tiles need not be aligned
 #pragma GCC unroll 16
@@ -854,6 +860,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         prefetch_part(b * kPanelRows + r);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kAmxTokens * r)),
                                  _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
+        if (ahead) unpack_row(b + 2, r);
       }
     }
     transpose16x16_ps(acc);  // now token t's 16 rows
