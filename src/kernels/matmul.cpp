@@ -305,10 +305,10 @@ void matmul_glu(const WeightMatrix& w, GluFn glu, float* gate, const float* up, 
   const int64_t n_in = w.n_in;
   const GemmKernel* kernel = matmul_mode() == MatmulMode::kFloat ? nullptr : gemm_kernel(w.dtype, best_isa());
   // Fused where the kernel quantizes its input, each row once, and nothing reads the float
-  // input afterwards (LLM.int8's outlier columns do).
+  // input afterwards (LLM.int8's outlier columns do). The gated row goes to the thread's
+  // scratch: kRowTile rows of n_in floats for every quantized type (matmul_scratch_floats).
   const bool fused = kernel != nullptr && kernel->act != ActFormat::kF32 &&
-                     !(w.dtype == DType::I8_ROWS && int8_outlier_threshold() > 0) &&
-                     matmul_scratch_floats(w) >= static_cast<size_t>(n_in);
+                     !(w.dtype == DType::I8_ROWS && int8_outlier_threshold() > 0);
   if (!fused) {
     pool.parallel_for(n_tokens, [&](int64_t t0, int64_t t1, int) {
       glu(gate + t0 * n_in, up + t0 * n_in, gate + t0 * n_in, (t1 - t0) * n_in);
