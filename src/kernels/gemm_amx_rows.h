@@ -11,8 +11,8 @@
 // A batch of 16-31 tokens (batched decode) is one token tile, so each weight serves 16
 // tokens. The panel form (gemm_amx_tiles.h) repays its per-panel work (rows transposed
 // into lanes, the scales folded into 16-bit weights) over many token tiles; over one it
-// costs as much as the AVX-512 kernels. Here the weight rows are tile A as they lie: a row's 64
-// bytes of nibbles become two 64-byte A rows with an and and a shift, nothing
+// costs as much as the AVX-512 kernels. Here the weight rows are tile A as they lie: a
+// row's 64 bytes of nibbles become two 64-byte A rows with an and and a shift, nothing
 // transposed, nothing multiplied; the activations, transposed once per call, are tile B.
 // Each 32-element sub-block is a TDPBUSD of its own, 16 rows x 16 tokens of int32 dots,
 // and its 6-bit scale applies in float: a dot is at most 32 x 15 x 128 = 61440 and scale
@@ -74,9 +74,10 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   }
   const uint8_t* bt = transposed_k_act_tiles(acts, nb);
   // Per pipeline set (3: a block is unpacked while the one before it runs on the tiles
-  // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64 bytes: the low and
-  // the high nibbles of qs[0..63], then of qs[64..127]), each row's float scales, min
-  // pairs (int16), d and dmin, and the sub-blocks' dots (16 rows x 16 tokens each).
+  // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64
+  // bytes: the low and the high nibbles of qs[0..63], then of qs[64..127]), each row's
+  // float scales, min pairs (int16), d and dmin. Per dot set (2): the sub-blocks' dots,
+  // 16 rows x 16 tokens each.
   alignas(64) uint8_t arows[3][kKRowsBlockBytes];
   alignas(64) float scales[3][kPanelRows * 8];
   alignas(64) int32_t min_pairs[3][kPanelRows * 4];
@@ -170,8 +171,8 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 // does (16-element sub-blocks with int8 scales would take 16 tiles and as many stores
 // of dots per block): w = scale x (q - 32), at most 13 bits, split into bytes w = 256 hi
 // + lo, so that two TDPBs per 64 elements (lo unsigned, hi signed) sum the whole block
-// in integers, isum = C_lo + 256 C_hi, exactly the reference's sumi. Tiles: A lo and hi,
-// B (0, 1, 2 and 3, 4, 5, the chunks alternating), C lo and hi (6, 7).
+// in integers, isum = C_lo + 256 C_hi, exactly the reference's sumi. Tiles: A lo, A hi
+// and B (0, 1, 2 for even chunks, 3, 4, 5 for odd ones), C lo and hi (6, 7).
 void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using Block = BlockQ6_K;
   const int64_t nb = a.n_in / kQK_K;
