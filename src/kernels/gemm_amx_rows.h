@@ -25,6 +25,15 @@
 // 5); the even and odd sub-blocks alternate between the two sets.
 constexpr int64_t kKRowsBlockBytes = 4 * 1024;  // a block's A rows, and its B tiles
 
+// The batch's one token tile of activations in the panel kernels' tile layout: the
+// caller's (GemmArgs::amx_tiles), or laid out here in a per-thread buffer.
+inline const uint8_t* one_tile_acts(const GemmArgs& a, ActFormat format) {
+  if (a.amx_tiles != nullptr) return a.amx_tiles;
+  uint8_t* built = act_tile_buffer(amx_act_tile_bytes(format, a.n_in));
+  amx_build_act_tiles(format, a.act, a.act_stride, a.n_in, 0, 1, built);
+  return built;
+}
+
 // The activations of one token tile as tile B (16 tokens x 4 bytes per row), for every
 // block: chunk c's 16 tokens x 16 dwords of the tile layout above, transposed, at 1024 c
 // of the block's kKRowsBlockBytes. Rows 0-7 are B of the chunk's first 32 elements, rows
@@ -66,12 +75,7 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using Block = BlockQ4_K;
   const int64_t nb = a.n_in / kQK_K;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
-  const uint8_t* acts = a.amx_tiles;
-  if (acts == nullptr) {
-    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
-    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
-    acts = built;
-  }
+  const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_K);
   const uint8_t* bt = transposed_k_act_tiles(acts, nb);
   // Per pipeline set (3: a block is unpacked while the one before it runs on the tiles
   // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64
@@ -177,12 +181,7 @@ void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using Block = BlockQ6_K;
   const int64_t nb = a.n_in / kQK_K;
   configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
-  const uint8_t* acts = a.amx_tiles;
-  if (acts == nullptr) {
-    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_K, a.n_in));
-    build_k_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
-    acts = built;
-  }
+  const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_K);
   const uint8_t* bt = transposed_k_act_tiles(acts, nb);
   // Per pipeline set (3, as for Q4_K): the block's A rows, 64 elements a chunk, the low
   // bytes of chunk c at 2048 c and the high bytes at 2048 c + 1024 (16 rows x 64 bytes
@@ -301,12 +300,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   constexpr size_t kBytes = U8::kBytes;  // a block; its f16 scale first
   const int64_t nb = a.n_in / 32;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
-  const uint8_t* acts = a.amx_tiles;
-  if (acts == nullptr) {
-    uint8_t* built = act_tile_buffer(amx_act_tile_bytes(ActFormat::kQ8_0, a.n_in));
-    build_q8_act_tiles(a.act, a.act_stride, a.n_in, 0, 1, built);
-    acts = built;
-  }
+  const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_0);
   // B of block b at 512 b: the tile's 16 tokens x 8 dwords, transposed.
   uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * 512, "activation tiles, transposed");
   for (int64_t b = 0; b < nb; ++b) {
