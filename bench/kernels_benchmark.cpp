@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/quant.h"
@@ -117,7 +118,7 @@ void BM_GemmShape(benchmark::State& state, DType type, int n_threads, int64_t n_
   Scratch scratch(pool.n_threads(), matmul_scratch_floats(w));
   scratch.reserve_shared(matmul_shared_bytes(w, n_tokens));
   const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 2);
-  std::vector<float> y(static_cast<size_t>(n_tokens * n_out));
+  AlignedVector<float> y(static_cast<size_t>(n_tokens * n_out));  // as the model's rows are
   for (auto _ : state) {
     matmul(w, x.data(), y.data(), n_tokens, pool, scratch);
     benchmark::DoNotOptimize(y.data());

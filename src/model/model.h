@@ -20,6 +20,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/aligned_vector.h"
 #include "core/communicator.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
@@ -230,15 +231,15 @@ class Model {
   kernels::Scratch scratch_;
 
   // Activations for up to max_batch_tokens rows, allocated once.
-  std::vector<float> x_;       // [n_tokens][n_embd] residual stream
-  std::vector<float> h_;       // [n_tokens][n_embd] normed input / block output
-  std::vector<float> q_;       // [n_tokens][n_head][d_head]
-  std::vector<float> k_;       // [n_tokens][n_kv_head][d_head]
-  std::vector<float> v_;       // [n_tokens][n_kv_head][d_head]
-  std::vector<float> attn_;    // [n_tokens][n_head][d_head]
-  std::vector<float> gate_;    // [n_tokens][n_ff]
-  std::vector<float> up_;      // [n_tokens][n_ff]
-  std::vector<float> final_;   // [n_tokens][n_embd] rows that need logits
+  AlignedVector<float> x_;       // [n_tokens][n_embd] residual stream
+  AlignedVector<float> h_;       // [n_tokens][n_embd] normed input / block output
+  AlignedVector<float> q_;       // [n_tokens][n_head][d_head]
+  AlignedVector<float> k_;       // [n_tokens][n_kv_head][d_head]
+  AlignedVector<float> v_;       // [n_tokens][n_kv_head][d_head]
+  AlignedVector<float> attn_;    // [n_tokens][n_head][d_head]
+  AlignedVector<float> gate_;    // [n_tokens][n_ff]
+  AlignedVector<float> up_;      // [n_tokens][n_ff]
+  AlignedVector<float> final_;   // [n_tokens][n_embd] rows that need logits
   // Mixture of experts: router logits, each expert's tokens (token index and weight,
   // grouped by expert in expert order), their gathered inputs and outputs, the sum.
   std::vector<float> router_;                 // [n_tokens][n_expert]
@@ -248,9 +249,9 @@ class Model {
   std::vector<int32_t> token_experts_;        // [n_tokens][n_expert_used] each token's choices
   std::vector<float> token_weights_;          // [n_tokens][n_expert_used]
   std::vector<int32_t> expert_last_;          // [n_expert] fill positions of the lists
-  std::vector<float> expert_in_;              // [n_tokens][n_embd]
-  std::vector<float> expert_out_;             // [n_tokens][n_embd]
-  std::vector<float> moe_sum_;                // [n_tokens][n_embd]
+  AlignedVector<float> expert_in_;              // [n_tokens][n_embd]
+  AlignedVector<float> expert_out_;             // [n_tokens][n_embd]
+  AlignedVector<float> moe_sum_;                // [n_tokens][n_embd]
   std::vector<kernels::AttentionSequence> attention_items_;  // one per batch sequence
 
   // RoPE angles: computed once per step for each distinct layer setting (Gemma 3 has a
