@@ -90,23 +90,51 @@ template <class Issue0, class Issue1, class Combine>
 // scattered writes, each on its own page, halved the speed of 896-wide matrices.)
 constexpr size_t kAmxChunkBytes = 1024 * 1024;
 
-// pack(r0, rows, panel) packs rows r0..r0+rows-1; run(panel, r0, rows, tile, count)
-// computes them for token tiles tile..tile+count-1, count at most tiles_per_run.
-template <class Pack, class Run>
-[[gnu::always_inline]] inline void amx_row_chunks(int64_t n_rows, int64_t n_tiles, int64_t tiles_per_run,
-                                                  size_t panel_bytes, Pack&& pack, Run&& run) {
-  const int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kAmxChunkBytes / panel_bytes));
-  uint8_t* panels = panel_buffer(static_cast<size_t>(per_chunk) * panel_bytes);
-  for (int64_t c0 = 0; c0 < n_rows; c0 += per_chunk * kPanelRows) {
-    const int64_t c1 = std::min(n_rows, c0 + per_chunk * kPanelRows);
-    const auto panel = [&](int64_t r0) { return panels + (r0 - c0) / kPanelRows * panel_bytes; };
-    const auto rows = [&](int64_t r0) { return static_cast<int>(std::min<int64_t>(kPanelRows, c1 - r0)); };
-    for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) pack(r0, rows(r0), panel(r0));
-    for (int64_t tile = 0; tile < n_tiles; tile += tiles_per_run) {
-      const int count = static_cast<int>(std::min(tiles_per_run, n_tiles - tile));
-      for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) run(panel(r0), r0, rows(r0), tile, count);
+// The blocks of a row are taken in slices whose activations, for every token tile of the
+// batch, fit in kAmxSliceBytes of L2 beside the chunk's panels. Without them a 8960-wide
+// down projection at 512 tokens (4.9 MB of activations) streamed all its activations from
+// L3 for every 48-row chunk. Between slices the accumulators go through y and come back:
+// the same float operations in the same order, so outputs do not change.
+constexpr size_t kAmxSliceBytes = 1024 * 1024;
+
+// Slices of nb blocks, each at most `blocks` long and all about as long.
+inline int64_t amx_slice_blocks(int64_t nb, int64_t blocks) {
+  const int64_t slices = (nb + std::max<int64_t>(1, blocks) - 1) / std::max<int64_t>(1, blocks);
+  return (nb + slices - 1) / slices;
+}
+
+// For each slice [k0, k1) of the nb blocks: pack(r0, rows, panel, k0, k1) packs blocks
+// k0..k1-1 of rows r0..r0+rows-1; run(panel, r0, rows, tile, count, k0, k1) computes them
+// for token tiles tile..tile+count-1 (count at most tiles_per_run), starting from zero
+// when k0 is 0 and from y otherwise. panel_bytes(blocks) is a panel's size.
+template <class PanelBytes, class Pack, class Run>
+[[gnu::always_inline]] inline void amx_row_chunks(int64_t n_rows, int64_t n_tiles, int64_t tiles_per_run, int64_t nb,
+                                                  int64_t slice_blocks, PanelBytes&& panel_bytes, Pack&& pack,
+                                                  Run&& run) {
+  for (int64_t k0 = 0; k0 < nb; k0 += slice_blocks) {
+    const int64_t k1 = std::min(nb, k0 + slice_blocks);
+    const size_t bytes = panel_bytes(k1 - k0);
+    const int64_t per_chunk = std::max<int64_t>(1, static_cast<int64_t>(kAmxChunkBytes / bytes));
+    uint8_t* panels = panel_buffer(static_cast<size_t>(per_chunk) * bytes);
+    for (int64_t c0 = 0; c0 < n_rows; c0 += per_chunk * kPanelRows) {
+      const int64_t c1 = std::min(n_rows, c0 + per_chunk * kPanelRows);
+      const auto panel = [&](int64_t r0) { return panels + (r0 - c0) / kPanelRows * bytes; };
+      const auto rows = [&](int64_t r0) { return static_cast<int>(std::min<int64_t>(kPanelRows, c1 - r0)); };
+      for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) pack(r0, rows(r0), panel(r0), k0, k1);
+      for (int64_t tile = 0; tile < n_tiles; tile += tiles_per_run) {
+        const int count = static_cast<int>(std::min(tiles_per_run, n_tiles - tile));
+        for (int64_t r0 = c0; r0 < c1; r0 += kPanelRows) run(panel(r0), r0, rows(r0), tile, count, k0, k1);
+      }
     }
   }
+}
+
+// A run's 16 accumulators of one token tile: zero for the first slice, else the previous
+// slices' sums from y (rows past `rows` were never stored; they stay zero).
+inline void amx_start_acc(__m512 (&acc)[kAmxTokens], const float* y, int64_t ldy, int rows, bool first) {
+  const auto mask = static_cast<__mmask16>((1u << rows) - 1);
+#pragma GCC unroll 16
+  for (int t = 0; t < kAmxTokens; ++t) acc[t] = first ? _mm512_setzero_ps() : _mm512_maskz_loadu_ps(mask, y + t * ldy);
 }
 
 // Activation tile of a 32-element block: 16 tokens x 32 bytes, then their 16 scales and
@@ -222,8 +250,8 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     acts = built;
   }
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
-  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) { Src::pack(a, r0, rows, panel); };
-  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int) {
+  const auto pack = [&](int64_t r0, int rows, uint8_t* panel, int64_t, int64_t) { Src::pack(a, r0, rows, panel); };
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int, int64_t, int64_t) {
     const uint8_t* act = acts + tile * nb * kQ8ActTile;
     __m512 acc[kAmxTokens];
 #pragma GCC unroll 16
@@ -264,7 +292,8 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
   };
-  amx_row_chunks(n_rows, n_tiles, 1, Src::panel_bytes(nb), pack, run);
+  // One slice: the panels of NF4 and I8_ROWS end in per-row scales, applied after all blocks.
+  amx_row_chunks(n_rows, n_tiles, 1, nb, nb, [](int64_t blocks) { return Src::panel_bytes(blocks); }, pack, run);
   if (tiled < n_tokens) Src::rest(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 
@@ -344,12 +373,12 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   // Integer dots of a block, per pipeline set: for token tiles 0 and 1 of a run, the
   // low-byte and the high-byte sums (16 tokens x 16 rows of int32 each).
   alignas(64) int32_t dots[2][4][kAmxTokens * kPanelRows];
-  const auto pack = [&](int64_t r0, int rows, uint8_t* panel) {
+  const auto pack = [&](int64_t r0, int rows, uint8_t* panel, int64_t k0, int64_t k1) {
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
-    for (int64_t b = 0; b < nb; ++b) {
+    for (int64_t b = k0; b < k1; ++b) {
       prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes);
-      P::pack(w, b, scratch, panel + b * P::kBytes);
+      P::pack(w, b, scratch, panel + (b - k0) * P::kBytes);
     }
   };
   // Block b's integer dots of one token tile (lo, hi) into its 16 accumulators, with the
@@ -388,11 +417,11 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   // 7). Two sets of operand tiles take the chunks in turn, so a chunk's loads need not
   // wait for the previous chunk's dots to finish reading the tiles (with one set: a third
   // of this speed with the scales left out).
-  const auto run_one = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
-    const uint8_t* acts_tile = acts + tile * nb * kKActTile;
+  const auto run_one = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int64_t k0, int64_t n) {
+    const uint8_t* acts_tile = acts + (tile * nb + k0) * kKActTile;
+    float* y = a.y + kAmxTokens * tile * a.ldy + r0;
     __m512 acc[kAmxTokens];
-#pragma GCC unroll 16
-    for (int t = 0; t < kAmxTokens; ++t) acc[t] = _mm512_setzero_ps();
+    amx_start_acc(acc, y, a.ldy, rows, k0 == 0);
     const auto issue = [&](int64_t b, int set) {
       const uint8_t* blk = panel + b * P::kBytes;
       const uint8_t* act = acts_tile + b * kKActTile;
@@ -416,13 +445,13 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     // As pipelined_blocks: the tiles of block b + 1 are issued before block b's scales
     // apply. The C tiles are the same for both; their dots go to alternate buffers.
     issue(0, 0);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b + 1 < nb) issue(b + 1, static_cast<int>((b + 1) % 2));
+    for (int64_t b = 0; b < n; ++b) {
+      if (b + 1 < n) issue(b + 1, static_cast<int>((b + 1) % 2));
       const int set = static_cast<int>(b % 2);
       combine(acc, dots[set][0], dots[set][1], panel + b * P::kBytes, acts_tile + b * kKActTile);
     }
 #pragma GCC unroll 16
-    for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc[t], rows);
+    for (int t = 0; t < kAmxTokens; ++t) store_rows16(y + t * a.ldy, acc[t], rows);
   };
   // Two token tiles over each weight tile load: A 0 and 1 (the two token tiles), B 2 and
   // 3 (low and high bytes), C 4 and 5 (token tile 0's low and high dots), 6 and 7 (token
@@ -430,12 +459,14 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   // bytes loaded per product, which bound the one-tile form (dropping its high-byte loads
   // alone sped it up by a sixth on Q4_K, a third on Q6_K). With one set of operand
   // tiles, each load of the next chunk follows the last product reading its tile.
-  const auto run_two = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile) {
-    const uint8_t* acts0 = acts + tile * nb * kKActTile;
+  const auto run_two = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int64_t k0, int64_t n) {
+    const uint8_t* acts0 = acts + (tile * nb + k0) * kKActTile;
     const uint8_t* acts1 = acts0 + nb * kKActTile;
+    float* y0 = a.y + kAmxTokens * tile * a.ldy + r0;
+    float* y1 = y0 + kAmxTokens * a.ldy;
     __m512 acc0[kAmxTokens], acc1[kAmxTokens];
-#pragma GCC unroll 16
-    for (int t = 0; t < kAmxTokens; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+    amx_start_acc(acc0, y0, a.ldy, rows, k0 == 0);
+    amx_start_acc(acc1, y1, a.ldy, rows, k0 == 0);
     const auto issue = [&](int64_t b, int set) {
       const uint8_t* blk = panel + b * P::kBytes;
       const uint8_t* x0 = acts0 + b * kKActTile;
@@ -467,8 +498,8 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       RIDGE_TILE_STORE(7, dots[set][3]);
     };
     issue(0, 0);
-    for (int64_t b = 0; b < nb; ++b) {
-      if (b + 1 < nb) issue(b + 1, static_cast<int>((b + 1) % 2));
+    for (int64_t b = 0; b < n; ++b) {
+      if (b + 1 < n) issue(b + 1, static_cast<int>((b + 1) % 2));
       const int set = static_cast<int>(b % 2);
       const uint8_t* blk = panel + b * P::kBytes;
       combine(acc0, dots[set][0], dots[set][1], blk, acts0 + b * kKActTile);
@@ -476,16 +507,18 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     }
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) {
-      store_rows16(a.y + (kAmxTokens * tile + t) * a.ldy + r0, acc0[t], rows);
-      store_rows16(a.y + (kAmxTokens * (tile + 1) + t) * a.ldy + r0, acc1[t], rows);
+      store_rows16(y0 + t * a.ldy, acc0[t], rows);
+      store_rows16(y1 + t * a.ldy, acc1[t], rows);
     }
   };
 #undef RIDGE_AMX_K_HI
-  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int count) {
-    if (count == 2) run_two(panel, r0, rows, tile);
-    else run_one(panel, r0, rows, tile);
+  const auto run = [&](const uint8_t* panel, int64_t r0, int rows, int64_t tile, int count, int64_t k0, int64_t k1) {
+    if (count == 2) run_two(panel, r0, rows, tile, k0, k1 - k0);
+    else run_one(panel, r0, rows, tile, k0, k1 - k0);
   };
-  amx_row_chunks(n_rows, n_tiles, 2, static_cast<size_t>(nb) * P::kBytes, pack, run);
+  const int64_t slice = amx_slice_blocks(nb, static_cast<int64_t>(kAmxSliceBytes / (n_tiles * kKActTile)));
+  amx_row_chunks(n_rows, n_tiles, 2, nb, slice, [](int64_t blocks) { return static_cast<size_t>(blocks) * P::kBytes; },
+                 pack, run);
   if (tiled < n_tokens) gemm<K>(tokens_from(a, tiled), n_rows, n_tokens - tiled);
 }
 

@@ -90,6 +90,22 @@ TEST(GemmAmx, EqualsScalarReferenceBitForBit) {
   }
 }
 
+// Rows long enough that the batch's activations outgrow the kernels' L2 share (a MiB):
+// the 256-element types take the blocks in slices, their sums carried through y between
+// slices, and must still give the reference's bits (tile pairs, a single tile and a
+// remainder token; rows past a whole tile).
+TEST(GemmAmx, LongRowsInSlicesEqualScalarReference) {
+  SKIP_WITHOUT_AMX();
+  for (const Case& c : kCases) {
+    if (type_traits(c.type).block_size != 256) continue;
+    for (bool extreme : {false, true}) {
+      const int64_t n = 61 * 256, n_rows = 23, n_tokens = 81;  // 5 tiles: 1.3 MB of activation tiles
+      ASSERT_EQ(first_difference(c, n, n_rows, n_tokens, extreme, 11), -1)
+          << dtype_name(c.type) << " extreme " << extreme;
+    }
+  }
+}
+
 // A thread that never ran a tile kernel gets its configuration from the kernel itself:
 // new threads, and every thread of pools of 1 to 4 threads, each running a share of the
 // rows, all agree with the reference. The types alternate between the two tile
