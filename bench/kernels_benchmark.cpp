@@ -26,6 +26,8 @@
 #include "core/thread_pool.h"
 #include "kernels/attention.h"
 #include "kernels/matmul.h"
+#include "kernels/ops_avx2.h"
+#include "kernels/ops_avx512.h"
 
 namespace ridge::kernels {
 namespace {
@@ -383,6 +385,28 @@ RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ8_0, avx2, Isa::kAvx2)
 RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ4_0, avx512, Isa::kAvx512Vnni)
 RIDGE_ATTENTION_QUANT_BENCH(BM_AttentionQ4_0, avx2, Isa::kAvx2)
 #undef RIDGE_ATTENTION_QUANT_BENCH
+
+// The gated activation of a prompt's feed-forward layer: a row of Qwen2.5 1.5B's 8960
+// gate and up values at a time, as matmul_glu forms it, per SIMD width (bit-identical
+// outputs; skipped where the CPU lacks the width). Elements per second.
+void BM_Swiglu(benchmark::State& state, Isa isa) {
+  if (!cpu_supports(isa)) {
+    state.SkipWithError("the CPU lacks this ISA");
+    return;
+  }
+  const int64_t n = 8960;
+  const auto gate = random_floats(static_cast<size_t>(n), 8), up = random_floats(static_cast<size_t>(n), 9);
+  AlignedVector<float> y(static_cast<size_t>(n));
+  const auto fn = isa_has_avx512(isa) ? swiglu_avx512 : swiglu_avx2;
+  for (auto _ : state) {
+    fn(gate.data(), up.data(), y.data(), n);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["elements/s"] = benchmark::Counter(static_cast<double>(state.iterations()) * n,
+                                                    benchmark::Counter::kIsRate, benchmark::Counter::kIs1000);
+}
+BENCHMARK_CAPTURE(BM_Swiglu, avx512, Isa::kAvx512Vnni);
+BENCHMARK_CAPTURE(BM_Swiglu, avx2, Isa::kAvx2);
 
 const int kRegistered = (register_matmul(), 0);
 

@@ -5,6 +5,7 @@
 #include "kernels/dot.h"
 #include "kernels/isa.h"
 #include "kernels/ops_avx2.h"
+#include "kernels/ops_avx512.h"
 
 namespace ridge::kernels {
 
@@ -48,22 +49,30 @@ void scale(float* x, int64_t n, float s) {
 }
 
 void silu(const float* x, float* y, int64_t n) {
-  if (isa_has_avx2(best_isa())) return silu_avx2(x, y, n);
+  const Isa isa = best_isa();
+  if (isa_has_avx512(isa)) return silu_avx512(x, y, n);
+  if (isa_has_avx2(isa)) return silu_avx2(x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = silu_one(x[i]);
 }
 
 void gelu(const float* x, float* y, int64_t n) {
-  if (isa_has_avx2(best_isa())) return gelu_avx2(x, y, n);
+  const Isa isa = best_isa();
+  if (isa_has_avx512(isa)) return gelu_avx512(x, y, n);
+  if (isa_has_avx2(isa)) return gelu_avx2(x, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_one(x[i]);
 }
 
 void swiglu(const float* gate, const float* up, float* y, int64_t n) {
-  if (isa_has_avx2(best_isa())) return swiglu_avx2(gate, up, y, n);
+  const Isa isa = best_isa();
+  if (isa_has_avx512(isa)) return swiglu_avx512(gate, up, y, n);
+  if (isa_has_avx2(isa)) return swiglu_avx2(gate, up, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = silu_one(gate[i]) * up[i];
 }
 
 void geglu(const float* gate, const float* up, float* y, int64_t n) {
-  if (isa_has_avx2(best_isa())) return geglu_avx2(gate, up, y, n);
+  const Isa isa = best_isa();
+  if (isa_has_avx512(isa)) return geglu_avx512(gate, up, y, n);
+  if (isa_has_avx2(isa)) return geglu_avx2(gate, up, y, n);
   for (int64_t i = 0; i < n; ++i) y[i] = gelu_one(gate[i]) * up[i];
 }
 

@@ -6,6 +6,9 @@
 #include <cmath>
 #include <vector>
 
+#include "kernels/isa.h"
+#include "kernels/ops_avx2.h"
+#include "kernels/ops_avx512.h"
 #include "kernels/ops_reference.h"
 #include "test_util.h"
 
@@ -57,6 +60,46 @@ TEST(Ops, ActivationsMatchReference) {
   // Known values: silu(1) = 1 / (1 + e^-1); tanh-gelu(1) = 0.841192 (PyTorch's value).
   EXPECT_NEAR(silu_reference(1.0), 0.7310585786, 1e-9);
   EXPECT_NEAR(gelu_reference(1.0), 0.8411919906, 1e-9);
+}
+
+// Each SIMD width the CPU has, called directly (ops.h dispatches to the widest only):
+// within tolerance of the double reference, and the AVX-512 kernels bit-identical to the
+// AVX2 ones, so a forced lower ISA gives the same activations. Lengths cover whole
+// vectors of both widths and tails of every size class.
+TEST(Ops, ActivationsOfEveryWidthAgree) {
+  if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no AVX2";
+  using Unary = void (*)(const float*, float*, int64_t);
+  using Gated = void (*)(const float*, const float*, float*, int64_t);
+  const bool avx512 = cpu_supports(Isa::kAvx512Vnni);
+  for (const int64_t n : {1, 7, 8, 15, 16, 17, 33, 203}) {
+    auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 6.0f);
+    x[0] = n % 2 ? -95.0f : 95.0f;  // past the exp clamp
+    const auto up = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
+    const struct {
+      Unary avx2, avx512;
+      double (*ref)(double);
+    } unary[] = {{silu_avx2, silu_avx512, silu_reference}, {gelu_avx2, gelu_avx512, gelu_reference}};
+    for (const auto& f : unary) {
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      f.avx2(x.data(), a.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(close(a[i], f.ref(x[i]))) << "n " << n << " x " << x[i];
+      if (!avx512) continue;
+      f.avx512(x.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << "n " << n << " x " << x[i];
+    }
+    const struct {
+      Gated avx2, avx512;
+      double (*ref)(double);
+    } gated[] = {{swiglu_avx2, swiglu_avx512, silu_reference}, {geglu_avx2, geglu_avx512, gelu_reference}};
+    for (const auto& f : gated) {
+      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
+      f.avx2(x.data(), up.data(), a.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(close(a[i], f.ref(x[i]) * up[i])) << "n " << n << " x " << x[i];
+      if (!avx512) continue;
+      f.avx512(x.data(), up.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << "n " << n << " x " << x[i];
+    }
+  }
 }
 
 TEST(Ops, GatedActivationsInPlace) {
