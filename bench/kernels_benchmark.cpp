@@ -226,11 +226,13 @@ void register_matmul() {
   }
   // A prompt step through Qwen2.5-Coder 1.5B's FFN (Q4_K_M): ffn_up/ffn_gate (1536 inputs,
   // 8960 rows) and ffn_down (8960 inputs, 1536 rows; Q6_K in half the layers): the long rows
-  // of ffn_down hold few rows per L2-sized chunk of packed panels, unlike the square case.
+  // of ffn_down hold few rows per L2-sized chunk of packed panels, unlike the square case;
+  // the same ffn_down in Q8_0, as a Q8_0 model has it.
   // And the same matrices at 16 tokens, a batched decode step, with them in cache.
   for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
                                           std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
-                                          std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}}})
+                                          std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}},
+                                          std::tuple{DType::Q8_0, int64_t{8960}, int64_t{1536}}})
     benchmark::RegisterBenchmark(("GemmShape/" + std::string(dtype_name(type)) + "_" + std::to_string(n_in) + "x" +
                                   std::to_string(n_out) + "/threads:1")
                                      .c_str(),
