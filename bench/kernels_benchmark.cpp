@@ -224,11 +224,11 @@ void register_matmul() {
       if (hw == 1) break;
     }
   }
-  // A prompt step through Qwen2.5-Coder 1.5B's FFN (Q4_K_M): ffn_up/ffn_gate (1536 inputs,
-  // 8960 rows) and ffn_down (8960 inputs, 1536 rows; Q6_K in half the layers): the long rows
-  // of ffn_down hold few rows per L2-sized chunk of packed panels, unlike the square case;
-  // the same ffn_down in Q8_0, as a Q8_0 model has it.
-  // And the same matrices at 16 tokens, a batched decode step, with them in cache.
+  // A prompt step (512 tokens; 2048, perplexity's batch) through Qwen2.5-Coder 1.5B's FFN
+  // (Q4_K_M): ffn_up/ffn_gate (1536 inputs, 8960 rows) and ffn_down (8960 inputs, 1536
+  // rows; Q6_K in half the layers): the long rows of ffn_down hold few rows per L2-sized
+  // chunk of packed panels, unlike the square case; the same ffn_down in Q8_0, as a Q8_0
+  // model has it. And the same matrices at 16 tokens, a batched decode step, in cache.
   for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
                                           std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}},
@@ -239,6 +239,7 @@ void register_matmul() {
                                  BM_GemmShape, type, 1, n_in, n_out)
         ->Arg(16)
         ->Arg(512)
+        ->Arg(2048)
         ->ArgName("n_tokens")
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
