@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <vector>
 
 #include "kernels/isa.h"
@@ -68,36 +69,35 @@ TEST(Ops, ActivationsMatchReference) {
 // vectors of both widths and tails of every size class.
 TEST(Ops, ActivationsOfEveryWidthAgree) {
   if (!cpu_supports(Isa::kAvx2)) GTEST_SKIP() << "skipped: no AVX2";
-  using Unary = void (*)(const float*, float*, int64_t);
-  using Gated = void (*)(const float*, const float*, float*, int64_t);
   const bool avx512 = cpu_supports(Isa::kAvx512Vnni);
   for (const int64_t n : {1, 7, 8, 15, 16, 17, 33, 203}) {
     auto x = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n), 6.0f);
     x[0] = n % 2 ? -95.0f : 95.0f;  // past the exp clamp
     const auto up = random_floats(static_cast<size_t>(n), static_cast<uint32_t>(n + 1));
+    const float* xs = x.data();
+    const float* ups = up.data();
+    // Each kernel at both widths into y, and the reference value of element i.
     const struct {
-      Unary avx2, avx512;
-      double (*ref)(double);
-    } unary[] = {{silu_avx2, silu_avx512, silu_reference}, {gelu_avx2, gelu_avx512, gelu_reference}};
-    for (const auto& f : unary) {
+      const char* name;
+      std::function<void(float*)> avx2, avx512;
+      std::function<double(int64_t)> want;
+    } kernels[] = {
+        {"silu", [&](float* y) { silu_avx2(xs, y, n); }, [&](float* y) { silu_avx512(xs, y, n); },
+         [&](int64_t i) { return silu_reference(x[i]); }},
+        {"gelu", [&](float* y) { gelu_avx2(xs, y, n); }, [&](float* y) { gelu_avx512(xs, y, n); },
+         [&](int64_t i) { return gelu_reference(x[i]); }},
+        {"swiglu", [&](float* y) { swiglu_avx2(xs, ups, y, n); }, [&](float* y) { swiglu_avx512(xs, ups, y, n); },
+         [&](int64_t i) { return silu_reference(x[i]) * up[i]; }},
+        {"geglu", [&](float* y) { geglu_avx2(xs, ups, y, n); }, [&](float* y) { geglu_avx512(xs, ups, y, n); },
+         [&](int64_t i) { return gelu_reference(x[i]) * up[i]; }},
+    };
+    for (const auto& k : kernels) {
       std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
-      f.avx2(x.data(), a.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(close(a[i], f.ref(x[i]))) << "n " << n << " x " << x[i];
+      k.avx2(a.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(close(a[i], k.want(i))) << k.name << " n " << n << " x " << x[i];
       if (!avx512) continue;
-      f.avx512(x.data(), b.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << "n " << n << " x " << x[i];
-    }
-    const struct {
-      Gated avx2, avx512;
-      double (*ref)(double);
-    } gated[] = {{swiglu_avx2, swiglu_avx512, silu_reference}, {geglu_avx2, geglu_avx512, gelu_reference}};
-    for (const auto& f : gated) {
-      std::vector<float> a(static_cast<size_t>(n)), b(static_cast<size_t>(n));
-      f.avx2(x.data(), up.data(), a.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_TRUE(close(a[i], f.ref(x[i]) * up[i])) << "n " << n << " x " << x[i];
-      if (!avx512) continue;
-      f.avx512(x.data(), up.data(), b.data(), n);
-      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << "n " << n << " x " << x[i];
+      k.avx512(b.data());
+      for (int64_t i = 0; i < n; ++i) ASSERT_EQ(a[i], b[i]) << k.name << " n " << n << " x " << x[i];
     }
   }
 }
