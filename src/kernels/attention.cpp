@@ -170,6 +170,7 @@ struct StepKernel {
   bool amx_queries = false;
   int64_t tile_tokens = kSimdTileTokens;  // most tokens per item
   bool quant_queries = false;
+  TileStep<T> finish = nullptr;  // after an item's last step: acc back in row order
 };
 
 // Where attention_quant_queries' layout of an item's rows starts in the query buffer:
@@ -184,7 +185,8 @@ size_t quant_queries_offset(int64_t n_rows, int64_t d_head) {
 template <class T>
 StepKernel<T> step_for(Isa isa, int64_t d_head) {
   if constexpr (std::is_same_v<T, uint16_t>) {
-    if (isa == Isa::kAmxInt8 && attention_tile_amx_usable(d_head)) return {attention_tile_step_amx, true, kMaxTileTokens};
+    if (isa == Isa::kAmxInt8 && attention_tile_amx_usable(d_head))
+      return {attention_tile_step_amx, true, kMaxTileTokens, false, attention_tile_finish_amx};
   }
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, uint16_t>) {
     if (isa_has_avx512(isa)) return {attention_tile_step_avx512};
@@ -334,6 +336,7 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
     st.lane_end = union_end;
     kernel.step(st);
   }
+  if (kernel.finish) kernel.finish(st);
 }
 
 // total <- total (+) part, the online-softmax merge of two disjoint key ranges.

@@ -248,12 +248,18 @@ void attention_quant_queries(const BlockQ8_0* q8, int64_t n_rows, int64_t d_head
 //   qb: [2][d_head / 2][round_up(rows, 16)][2] bf16, hi parts then lo parts; element
 //   (p, row, j) is scale * q[2p + j] of row i * n_heads + r (at q + i * q_token_stride
 //   + r * d_head); zero past the rows
+// With more than 16 rows, the AMX step keeps acc transposed per group of 16 rows
+// between its steps (rows 16 g .. 16 g + n - 1 hold acc[d][r] at acc + 16 g d_head +
+// d n + r); after the last step of the rows, attention_tile_finish_amx (same step
+// arguments) puts it back in the order above (with 16 rows or fewer it does nothing).
+// acc starts at zeros in either order.
 // Call only when attention_tile_amx_usable(d_head): AMX-BF16 with the tile permission
 // (cpu_supports(Isa::kAmxInt8)), and d_head a multiple of 64.
 bool attention_tile_amx_usable(int64_t d_head);
 void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tokens, int64_t n_heads, int64_t d_head,
                            float scale, uint16_t* qb);
 void attention_tile_step_amx(const AttentionTileStep<uint16_t>& step);
+void attention_tile_finish_amx(const AttentionTileStep<uint16_t>& step);
 
 // K/V rows written into an f16 cache: dst[i] = fp32_to_fp16(src[i]), rounded to nearest
 // even (NaN payloads unspecified). kv_row_to_f16 picks the AVX2+F16C version when the

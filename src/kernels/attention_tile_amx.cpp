@@ -6,18 +6,29 @@
 // term is below 2^-18 of a product: about 2^-16 relative per product, where the f32
 // steps have 2^-24 (attention.h states the arithmetic; docs/long-context.md the KLD).
 //
-// Per step of 64 keys, the K and V rows are split once for all the item's rows (up to 64
-// tokens times the GQA group's heads); then, 16 rows at a time, all phases back to back
-// so the group's data stays in L1:
+// Per step of 64 keys, the K rows and the V rows are split once for all the item's rows
+// (up to 64 tokens times the GQA group's heads); then, 16 rows at a time, all phases back
+// to back so the group's data stays in L1:
 //   scores, transposed: sT[64 keys][16 rows] = Ka[keys][d] * Qb  (A: the keys as bf16
 //     rows, no transpose; B: the queries pair-interleaved (VNNI), Qb[d / 2][row] =
 //     (q[row][2p], q[row][2p + 1]), prepared once per item by attention_amx_queries)
 //   the online softmax down the keys with AVX-512, 16 rows in the lanes (no horizontal
-//     reductions), then the probabilities transposed to rows (16 x 16 per 16 keys)
-//   pv[16 rows][d] = Pa[rows][64 keys] * Vb  (A: the probabilities as bf16 rows; B:
-//     Vb[key / 2][d] = (v[2j][d], v[2j + 1][d]), no transpose), from zero
-//   acc = fma(acc, correction, pv) with AVX-512
-// The last group of a tile may have fewer rows: its P * V tiles have exactly its rows.
+//     reductions), the probabilities left where the scores were: P^T, keys by rows
+//   P * V and acc = fma(acc, correction, pv) in one of two forms:
+//   - an item of several groups (prefill): pvT[d][16 rows] = Vt[d][64 keys] * Pb (A: V
+//     transposed, once per step; B: P^T with pairs of keys interleaved, Pb[key / 2][row]
+//     = (p[2j][row], p[2j + 1][row]), one permute per pair of keys), and the group's
+//     accumulators kept transposed (acc[d][rows]) until attention_tile_finish_amx puts
+//     them back in row order after the item's last step;
+//   - an item of one group (decode): pv[16 rows][d] = Pa[rows][64 keys] * Vb (A: P
+//     transposed to rows, 16 x 16 per 16 keys; B: Vb[key / 2][d] = (v[2j][d], v[2j +
+//     1][d]), no transpose), acc in row order.
+//   The two forms sum the same products in the same order, so they give the same bits.
+//   Transposing P costs each group a fifth of its time at 512 tokens over 4608 keys;
+//   transposing V costs a step more than a single group's P (decode at 4096 keys: 0.42
+//   against 0.32 ms with it), so each form takes the case it is cheaper for.
+// A group with fewer rows (an item's last) runs as 16 whose extra rows see no keys:
+// their probabilities are zeros and nothing of them is stored.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -71,13 +82,37 @@ void pack_keys(const uint16_t* const* k_rows, int64_t d_head, uint16_t* ka) {
   }
 }
 
+// Words 0..15 from the first vector, 16..31 from the second, interleaved: the pairs of a
+// VNNI B operand from two of its rows.
+alignas(64) constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
+                                                  8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
+
+// The step's V rows as the A operand of P * V, transposed and split: vt[d][key] hi parts
+// (kKeys bf16 per d), then lo parts at vt + d_head * kKeys. 16 values of 32 keys at a
+// time: two 16 x 16 transposes, then each d's 32 keys split.
+void pack_values_transposed(const uint16_t* const* v_rows, int64_t d_head, uint16_t* vt) {
+  uint16_t* vt_lo = vt + d_head * kKeys;
+  for (int64_t d0 = 0; d0 < d_head; d0 += 16)
+    for (int h = 0; h < kKeys / 32; ++h) {
+      __m512 a[16], b[16];
+      for (int i = 0; i < 16; ++i) {
+        a[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v_rows[32 * h + i] + d0)));
+        b[i] = _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(v_rows[32 * h + 16 + i] + d0)));
+      }
+      transpose16(a);  // a[j]: value d0 + j of keys 32 h .. 32 h + 15; b[j] of the next 16
+      transpose16(b);
+      for (int j = 0; j < 16; ++j) {
+        const Split sp = split32(a[j], b[j]);
+        _mm512_storeu_si512(vt + (d0 + j) * kKeys + 32 * h, sp.hi);
+        _mm512_storeu_si512(vt_lo + (d0 + j) * kKeys + 32 * h, sp.lo);
+      }
+    }
+}
+
 // The step's V rows as the B operand of P * V: vb[j][d] = (v[2j][d], v[2j + 1][d]), hi
 // parts at vb, lo parts at vb + kKeys / 2 * d_head (dwords).
-void pack_values(const uint16_t* const* v_rows, int64_t d_head, uint32_t* vb) {
+void pack_value_pairs(const uint16_t* const* v_rows, int64_t d_head, uint32_t* vb) {
   uint32_t* vb_lo = vb + kKeys / 2 * d_head;
-  // Words 0..15 from the first vector, 16..31 from the second, interleaved.
-  alignas(64) static constexpr uint16_t kInterleave[32] = {0, 16, 1, 17, 2,  18, 3,  19, 4,  20, 5,  21, 6,  22, 7,  23,
-                                                           8, 24, 9, 25, 10, 26, 11, 27, 12, 28, 13, 29, 14, 30, 15, 31};
   const __m512i interleave = _mm512_load_si512(kInterleave);
   for (int j = 0; j < kKeys / 2; ++j) {
     const uint16_t* v0 = v_rows[2 * j];
@@ -91,18 +126,8 @@ void pack_values(const uint16_t* const* v_rows, int64_t d_head, uint32_t* vb) {
   }
 }
 
-// Tiles: C 0..3, A 4 (hi) and 5 (lo), B 6 (hi) and 7 (lo); A and C have `rows` rows.
-void configure(int rows) {
-  configure_tiles({{rows, 64}, {rows, 64}, {rows, 64}, {rows, 64}, {rows, 64}, {rows, 64}, {16, 64}, {16, 64}});
-}
-
-// C += A_hi B_hi + A_hi B_lo + A_lo B_hi, B (hi, lo) loaded from b and b_lo.
-#define RIDGE_BF16X3(C, b, b_lo, b_stride)           \
-  RIDGE_TILE_LOAD_STRIDED(6, (b), (b_stride));       \
-  RIDGE_TILE_LOAD_STRIDED(7, (b_lo), (b_stride));    \
-  RIDGE_TILE_DPBF16PS(C, 4, 6);                      \
-  RIDGE_TILE_DPBF16PS(C, 4, 7);                      \
-  RIDGE_TILE_DPBF16PS(C, 5, 6)
+// Tiles: C 0..3, A 4 (hi) and 5 (lo), B 6 (hi) and 7 (lo), all 16 rows of 64 bytes.
+void configure() { configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}}); }
 
 // Scores of one group of 16 rows against the 64 keys, transposed: sT[key][row] (s_stride
 // floats per key) from the keys' A tiles and the rows' B tiles (qb at the group's first
@@ -137,10 +162,18 @@ void score_group(const uint16_t* ka, int64_t d_head, const uint32_t* qb, const u
   RIDGE_TILE_STORE_STRIDED(3, sT + 48 * s_stride, s_stride * 4);
 }
 
-// pv[row][0 .. 64) = P * V[.][d0 .. d0 + 64) for one row group (the tile config's rows),
-// from zero: pa/pa_lo from the group's first row (kKeys bf16 per row), 64 floats per row.
-void accumulate_group(const uint16_t* pa, const uint16_t* pa_lo, const uint32_t* vb, int64_t d_head, int64_t d0,
-                      float* pv) {
+// C += A_hi B_hi + A_hi B_lo + A_lo B_hi, B (hi, lo) loaded from b and b_lo.
+#define RIDGE_BF16X3(C, b, b_lo, b_stride)           \
+  RIDGE_TILE_LOAD_STRIDED(6, (b), (b_stride));       \
+  RIDGE_TILE_LOAD_STRIDED(7, (b_lo), (b_stride));    \
+  RIDGE_TILE_DPBF16PS(C, 4, 6);                      \
+  RIDGE_TILE_DPBF16PS(C, 4, 7);                      \
+  RIDGE_TILE_DPBF16PS(C, 5, 6)
+
+// pv[row][0 .. 64) = P * V[.][d0 .. d0 + 64) for one row group, from zero: pa/pa_lo from
+// the group's first row (kKeys bf16 per row), 64 floats per row.
+void accumulate_rows(const uint16_t* pa, const uint16_t* pa_lo, const uint32_t* vb, int64_t d_head, int64_t d0,
+                     float* pv) {
   const uint32_t* vb_lo = vb + kKeys / 2 * d_head;
   const int64_t b_stride = d_head * 4;
   RIDGE_TILE_ZERO(0);
@@ -164,6 +197,38 @@ void accumulate_group(const uint16_t* pa, const uint16_t* pa_lo, const uint32_t*
 }
 
 #undef RIDGE_BF16X3
+
+// pvT[d][16 rows] for d in [d0, d0 + 64) of one row group, from zero: A = vt (the step's
+// V^T, hi and lo), B = the group's P^T pairs (pb, pb_lo: kKeys / 2 rows of 16 dwords),
+// C tile i = d0 + 16 i .. d0 + 16 i + 15. Per 32 keys in order, each product as the
+// reference orders it: p_hi v_hi, p_hi v_lo, p_lo v_hi.
+void accumulate_transposed(const uint16_t* vt, int64_t d_head, int64_t d0, const uint32_t* pb, const uint32_t* pb_lo,
+                           float* pvT) {
+  const uint16_t* vt_lo = vt + d_head * kKeys;
+  RIDGE_TILE_ZERO(0);
+  RIDGE_TILE_ZERO(1);
+  RIDGE_TILE_ZERO(2);
+  RIDGE_TILE_ZERO(3);
+  for (int half = 0; half < kKeys / 32; ++half) {
+    RIDGE_TILE_LOAD_STRIDED(6, pb + half * 16 * 16, 64);
+    RIDGE_TILE_LOAD_STRIDED(7, pb_lo + half * 16 * 16, 64);
+#define RIDGE_VALUE_TILE(C)                                                                \
+  RIDGE_TILE_LOAD_STRIDED(4, vt + (d0 + 16 * (C)) * kKeys + 32 * half, kKeys * 2);         \
+  RIDGE_TILE_LOAD_STRIDED(5, vt_lo + (d0 + 16 * (C)) * kKeys + 32 * half, kKeys * 2);      \
+  RIDGE_TILE_DPBF16PS(C, 4, 6);                                                            \
+  RIDGE_TILE_DPBF16PS(C, 5, 6);                                                            \
+  RIDGE_TILE_DPBF16PS(C, 4, 7)
+    RIDGE_VALUE_TILE(0);
+    RIDGE_VALUE_TILE(1);
+    RIDGE_VALUE_TILE(2);
+    RIDGE_VALUE_TILE(3);
+#undef RIDGE_VALUE_TILE
+  }
+  RIDGE_TILE_STORE_STRIDED(0, pvT, 64);
+  RIDGE_TILE_STORE_STRIDED(1, pvT + 16 * 16, 64);
+  RIDGE_TILE_STORE_STRIDED(2, pvT + 32 * 16, 64);
+  RIDGE_TILE_STORE_STRIDED(3, pvT + 48 * 16, 64);
+}
 
 // e^x (x <= 0; NaN lanes only where the caller masks them): x clamped at -104 (e^-104
 // is below the smallest float), t = x log2(e), 2^round(t) * 2^f with f = t - round(t) in
@@ -191,25 +256,33 @@ inline __mmask16 key_mask(const int32_t* row_lb, const int32_t* row_le, int l) {
          _mm512_cmplt_epi32_mask(key, _mm512_loadu_si512(row_le));
 }
 
-// The online softmax of 16 rows (lanes) over the step, sT[l][row] (s_stride floats per
-// key) -> p in place: new max, c = e(old max - new max) (exactly 1 when the max did not
-// grow; it multiplies zeros while a row is still empty), sum = sum * c + the sum of p in
-// groups of 16 keys (p[i] + p[i + 8], then i and i + 4, then (0 + 2) + (1 + 3); the groups
-// added in order).
-void softmax_rows(float* sT, int64_t s_stride, const int32_t* row_lb, const int32_t* row_le, float softcap,
-                  float* max, float* sum, float* correction) {
+// P^T of 16 keys' probabilities (p[i]: key i's 16 rows) as 8 rows of the B operand of
+// P * V, split: pb[j][row] = (p[2j][row], p[2j + 1][row]) hi parts, lo parts at pb_lo.
+inline void store_probability_pairs(const __m512 (&p)[16], uint32_t* pb, uint32_t* pb_lo) {
+  const __m512i interleave = _mm512_load_si512(kInterleave);
+  for (int j = 0; j < 8; ++j) {
+    const Split sp = split32(p[2 * j], p[2 * j + 1]);
+    _mm512_storeu_si512(pb + 16 * j, _mm512_permutexvar_epi16(interleave, sp.hi));
+    _mm512_storeu_si512(pb_lo + 16 * j, _mm512_permutexvar_epi16(interleave, sp.lo));
+  }
+}
+
+// The online softmax of 16 rows (lanes) over the step, sT[l][row] (16 floats per key):
+// new max, c = e(old max - new max) (exactly 1 when the max did not grow; it multiplies
+// zeros while a row is still empty), sum = sum * c + the sum of p in groups of 16 keys
+// (p[i] + p[i + 8], then i and i + 4, then (0 + 2) + (1 + 3); the groups added in order).
+// The probabilities go to pb (store_probability_pairs; kKeys / 2 rows, lo parts at pb +
+// kKeys / 2 * 16) or, with pb null, back into sT. kFull: every row sees every key of the
+// step (most steps of a long context), so no lane needs its mask.
+template <bool kFull>
+void softmax_rows(float* sT, const int32_t* row_lb, const int32_t* row_le, float* max, float* sum, float* correction,
+                  uint32_t* pb) {
   const __m512 minus_inf = _mm512_set1_ps(-INFINITY);
-  if (softcap > 0)
-    for (int l = 0; l < kKeys; ++l)
-      for (int r = 0; r < 16; ++r)
-        if (row_lb[r] <= l && l < row_le[r]) sT[l * s_stride + r] = std::tanh(sT[l * s_stride + r] / softcap) * softcap;
-  // Every row sees every lane (most steps of a long context): no masks.
-  const bool full = _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(row_lb), _mm512_setzero_si512()) == 0xffff &&
-                    _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(row_le), _mm512_set1_epi32(kKeys)) == 0xffff;
-  auto mask_of = [&](int l) { return full ? __mmask16{0xffff} : key_mask(row_lb, row_le, l); };
   __m512 block_max = minus_inf;
-  for (int l = 0; l < kKeys; ++l)
-    block_max = _mm512_max_ps(block_max, _mm512_mask_blend_ps(mask_of(l), minus_inf, _mm512_loadu_ps(sT + l * s_stride)));
+  for (int l = 0; l < kKeys; ++l) {
+    const __m512 s = _mm512_loadu_ps(sT + 16 * l);
+    block_max = _mm512_max_ps(block_max, kFull ? s : _mm512_mask_blend_ps(key_mask(row_lb, row_le, l), minus_inf, s));
+  }
   const __m512 old_max = _mm512_loadu_ps(max), new_max = _mm512_max_ps(old_max, block_max);
   const __m512 c = exp_step(_mm512_sub_ps(old_max, new_max));
   __m512 total = _mm512_setzero_ps();
@@ -217,10 +290,11 @@ void softmax_rows(float* sT, int64_t s_stride, const int32_t* row_lb, const int3
     __m512 p[16];
     for (int i = 0; i < 16; ++i) {
       const int l = 16 * g + i;
-      p[i] = _mm512_maskz_mov_ps(mask_of(l),
-                                 exp_step(_mm512_sub_ps(_mm512_loadu_ps(sT + l * s_stride), new_max)));
-      _mm512_storeu_ps(sT + l * s_stride, p[i]);
+      const __m512 e = exp_step(_mm512_sub_ps(_mm512_loadu_ps(sT + 16 * l), new_max));
+      p[i] = kFull ? e : _mm512_maskz_mov_ps(key_mask(row_lb, row_le, l), e);
+      if (pb == nullptr) _mm512_storeu_ps(sT + 16 * l, p[i]);
     }
+    if (pb != nullptr) store_probability_pairs(p, pb + 8 * 16 * g, pb + kKeys / 2 * 16 + 8 * 16 * g);
     __m512 w[8];
     for (int i = 0; i < 8; ++i) w[i] = _mm512_add_ps(p[i], p[i + 8]);
     const __m512 x0 = _mm512_add_ps(w[0], w[4]), x1 = _mm512_add_ps(w[1], w[5]);
@@ -233,9 +307,22 @@ void softmax_rows(float* sT, int64_t s_stride, const int32_t* row_lb, const int3
   _mm512_storeu_ps(correction, c);
 }
 
-// P^T of 16 rows (sT[l][row]) as the A operand of P * V, split: pa[row][l] hi parts, then
+// softmax_rows after the softcap (on the lanes each row sees), full or masked.
+void softmax(float* sT, const int32_t* row_lb, const int32_t* row_le, float softcap, float* max, float* sum,
+             float* correction, uint32_t* pb) {
+  if (softcap > 0)
+    for (int l = 0; l < kKeys; ++l)
+      for (int r = 0; r < 16; ++r)
+        if (row_lb[r] <= l && l < row_le[r]) sT[l * 16 + r] = std::tanh(sT[l * 16 + r] / softcap) * softcap;
+  const bool full = _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(row_lb), _mm512_setzero_si512()) == 0xffff &&
+                    _mm512_cmpeq_epi32_mask(_mm512_loadu_si512(row_le), _mm512_set1_epi32(kKeys)) == 0xffff;
+  if (full) softmax_rows<true>(sT, row_lb, row_le, max, sum, correction, pb);
+  else softmax_rows<false>(sT, row_lb, row_le, max, sum, correction, pb);
+}
+
+// P of 16 rows (sT[l][row]) as the A operand of P * V, split: pa[row][l] hi parts, then
 // lo parts at pa_lo, kKeys bf16 per row; `p` is room for the rows' 16 x kKeys floats.
-void pack_probabilities(const float* sT, int64_t s_stride, float* p, uint16_t* pa, uint16_t* pa_lo) {
+void pack_probability_rows(const float* sT, int64_t s_stride, float* p, uint16_t* pa, uint16_t* pa_lo) {
   for (int b = 0; b < kKeys / 16; ++b) {
     __m512 r[16];
     for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(sT + (16 * b + i) * s_stride);
@@ -282,24 +369,29 @@ void attention_amx_queries(const float* q, int64_t q_token_stride, int64_t n_tok
     }
 }
 
+// Whether an item of n_rows rows runs the transposed form (several groups).
+inline bool transposed_form(int64_t n_rows) { return n_rows > kTileRows; }
+
 void attention_tile_step_amx(const AttentionTileStep<uint16_t>& st) {
   const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
   const int64_t rows_pad = (n_rows + 15) / 16 * 16;
+  const bool transposed = transposed_form(n_rows);
   // The step's K and V in tile layouts, shared by all row groups; then one group's scores,
   // probabilities and state, so a group's phases run in L1.
-  auto* ka = reinterpret_cast<uint16_t*>(st.work);                 // [2][kKeys][d_head] bf16
-  auto* vb = reinterpret_cast<uint32_t*>(ka + 2 * kKeys * d_head);  // [2][kKeys / 2][d_head] dwords
-  float* sT = reinterpret_cast<float*>(vb + kKeys * d_head);        // [kKeys][16] scores, then p
-  float* p_rows = sT + kKeys * 16;                                   // [16][kKeys]
-  auto* pa = reinterpret_cast<uint16_t*>(p_rows + 16 * kKeys);      // [2][16][kKeys] bf16
-  uint16_t* pa_lo = pa + 16 * kKeys;
-  float* max = reinterpret_cast<float*>(pa + 2 * 16 * kKeys);       // [16]
-  float* sum = max + 16;                                             // [16]
-  float* correction = sum + 16;                                      // [16]
-  auto* row_lb = reinterpret_cast<int32_t*>(correction + 16);        // [16]
-  int32_t* row_le = row_lb + 16;                                     // [16]
-  float* pv = reinterpret_cast<float*>(row_le + 16);                 // [16][64] P * V of 64 columns
-  auto* zeros = reinterpret_cast<uint16_t*>(pv + 16 * 64);           // [d_head]
+  auto* ka = reinterpret_cast<uint16_t*>(st.work);               // [2][kKeys][d_head] bf16
+  uint16_t* vk = ka + 2 * kKeys * d_head;                         // V: [2][d_head][kKeys] bf16 or
+  auto* vb = reinterpret_cast<uint32_t*>(vk);                     //    [2][kKeys / 2][d_head] pairs
+  auto* sT = reinterpret_cast<float*>(vk + 2 * kKeys * d_head);   // [kKeys][16] scores, then p
+  float* p_rows = sT + kKeys * 16;                                 // [16][kKeys] (one-group form)
+  auto* pb = reinterpret_cast<uint32_t*>(p_rows + 16 * kKeys);    // [2][kKeys / 2][16] pairs, or
+  auto* pa = reinterpret_cast<uint16_t*>(pb);                     //    [2][16][kKeys] bf16
+  float* max = reinterpret_cast<float*>(pb + kKeys * 16);         // [16]
+  float* sum = max + 16;                                           // [16]
+  float* correction = sum + 16;                                    // [16]
+  auto* row_lb = reinterpret_cast<int32_t*>(correction + 16);      // [16]
+  int32_t* row_le = row_lb + 16;                                   // [16]
+  float* pv = reinterpret_cast<float*>(row_le + 16);               // P * V of 64 columns: [64][16] or [16][64]
+  auto* zeros = reinterpret_cast<uint16_t*>(pv + 64 * 16);         // [d_head]
   std::fill(zeros, zeros + d_head, uint16_t{0});
   const uint16_t* k_rows[kKeys];
   const uint16_t* v_rows[kKeys];
@@ -309,11 +401,12 @@ void attention_tile_step_amx(const AttentionTileStep<uint16_t>& st) {
     v_rows[l] = in && st.v_rows[l] ? st.v_rows[l] : zeros;
   }
   pack_keys(k_rows, d_head, ka);
-  pack_values(v_rows, d_head, vb);
+  if (transposed) pack_values_transposed(v_rows, d_head, vk);
+  else pack_value_pairs(v_rows, d_head, vb);
 
   const auto* qb = reinterpret_cast<const uint32_t*>(st.qa);
   const uint32_t* qb_lo = qb + d_head / 2 * rows_pad;
-  configure(kTileRows);
+  configure();
   for (int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
     const int64_t rows = std::min<int64_t>(kTileRows, n_rows - r0);
     for (int64_t r = 0; r < kTileRows; ++r) {
@@ -325,23 +418,56 @@ void attention_tile_step_amx(const AttentionTileStep<uint16_t>& st) {
       sum[r] = real ? st.sum[r0 + r] : 0.0f;
     }
     score_group(ka, d_head, qb + r0, qb_lo + r0, rows_pad, sT, kTileRows);
-    softmax_rows(sT, kTileRows, row_lb, row_le, st.softcap, max, sum, correction);
-    pack_probabilities(sT, kTileRows, p_rows, pa, pa_lo);
-    if (rows < kTileRows) configure(static_cast<int>(rows));  // the last group: A and C have its rows
-    float* acc = st.acc + r0 * d_head;
+    softmax(sT, row_lb, row_le, st.softcap, max, sum, correction, transposed ? pb : nullptr);
     for (int64_t r = 0; r < rows; ++r) {
       st.max[r0 + r] = max[r];
       st.sum[r0 + r] = sum[r];
     }
-    for (int64_t d0 = 0; d0 < d_head; d0 += 64) {
-      accumulate_group(pa, pa_lo, vb, d_head, d0, pv);
-      for (int64_t r = 0; r < rows; ++r) {
-        const __m512 c = _mm512_set1_ps(correction[r]);
-        float* a = acc + r * d_head + d0;
-        for (int j = 0; j < 64; j += 16)
-          _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(a + j), c, _mm512_loadu_ps(pv + r * 64 + j)));
+    float* acc = st.acc + r0 * d_head;
+    if (transposed) {  // the group's accumulators as acc[d * rows + r]
+      const auto mask = static_cast<__mmask16>((1u << rows) - 1);
+      const __m512 c = _mm512_loadu_ps(correction);
+      for (int64_t d0 = 0; d0 < d_head; d0 += 64) {
+        accumulate_transposed(vk, d_head, d0, pb, pb + kKeys / 2 * 16, pv);
+        for (int64_t j = 0; j < 64; ++j) {
+          float* a = acc + (d0 + j) * rows;
+          _mm512_mask_storeu_ps(a, mask, _mm512_fmadd_ps(_mm512_maskz_loadu_ps(mask, a), c, _mm512_loadu_ps(pv + 16 * j)));
+        }
+      }
+    } else {
+      pack_probability_rows(sT, kTileRows, p_rows, pa, pa + 16 * kKeys);
+      for (int64_t d0 = 0; d0 < d_head; d0 += 64) {
+        accumulate_rows(pa, pa + 16 * kKeys, vb, d_head, d0, pv);
+        for (int64_t r = 0; r < rows; ++r) {
+          const __m512 c = _mm512_set1_ps(correction[r]);
+          float* a = acc + r * d_head + d0;
+          for (int j = 0; j < 64; j += 16)
+            _mm512_storeu_ps(a + j, _mm512_fmadd_ps(_mm512_loadu_ps(a + j), c, _mm512_loadu_ps(pv + r * 64 + j)));
+        }
       }
     }
+  }
+}
+
+void attention_tile_finish_amx(const AttentionTileStep<uint16_t>& st) {
+  const int64_t n_rows = st.n_tokens * st.n_heads, d_head = st.d_head;
+  if (!transposed_form(n_rows)) return;
+  float* rows_first = st.work;  // [16][d_head]
+  for (int64_t r0 = 0; r0 < n_rows; r0 += kTileRows) {
+    const int64_t rows = std::min<int64_t>(kTileRows, n_rows - r0);
+    float* acc = st.acc + r0 * d_head;
+    if (rows == kTileRows) {
+      for (int64_t d0 = 0; d0 < d_head; d0 += 16) {
+        __m512 v[16];
+        for (int i = 0; i < 16; ++i) v[i] = _mm512_loadu_ps(acc + (d0 + i) * kTileRows);
+        transpose16(v);
+        for (int r = 0; r < 16; ++r) _mm512_storeu_ps(rows_first + r * d_head + d0, v[r]);
+      }
+    } else {
+      for (int64_t r = 0; r < rows; ++r)
+        for (int64_t d = 0; d < d_head; ++d) rows_first[r * d_head + d] = acc[d * rows + r];
+    }
+    std::copy(rows_first, rows_first + rows * d_head, acc);
   }
 }
 

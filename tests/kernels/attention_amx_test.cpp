@@ -80,6 +80,12 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
     State st{std::vector<float>(n_rows * d_head, 0.0f), std::vector<float>(n_rows, -INFINITY),
              std::vector<float>(n_rows, 0.0f)};
     std::vector<float> work(attention_tile_work_floats(n_rows, d_head), std::nanf(""));
+    AttentionTileStep<uint16_t> last;
+    last.n_tokens = n_tokens;
+    last.n_heads = n_heads;
+    last.d_head = d_head;
+    last.acc = st.acc.data();
+    last.work = work.data();
     for (int s = 0; s < 2; ++s) {
       const StepRows<uint16_t> rows = step_rows(lanes, s, k.data(), v.data(), row_stride, kKeys);
       if (rows.lane_begin >= rows.lane_end) continue;
@@ -108,7 +114,9 @@ void check_step(int64_t n_tokens, int64_t n_heads, int64_t d_head, float softcap
         attention_tile_step_amx(step);
       else
         attention_tile_step_scalar(step);
+      last = step;
     }
+    if (amx) attention_tile_finish_amx(last);  // acc back in row order
     return st;
   };
   const State want = run(false), got = run(true);
