@@ -60,6 +60,10 @@ struct GemmArgs {
   // AMX kernels (optional): every whole 16-token tile of the batch, laid out by
   // amx_build_act_tiles (gemm_amx.h) once for all threads. Null: each call lays out its own.
   const uint8_t* amx_tiles = nullptr;
+  // AMX kernels at one token tile (16-31 tokens; optional): that tile's activations
+  // transposed into the rows kernels' B operand by amx_build_rows_b (gemm_amx.h), once for
+  // all threads. Null: each call transposes them.
+  const uint8_t* amx_rows_b = nullptr;
 };
 
 // The transposed kQ8_0 tables for n_tokens rows of n_in: 4-byte entries per table, the

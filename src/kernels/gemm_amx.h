@@ -59,6 +59,14 @@ size_t amx_act_tile_bytes(ActFormat format, int64_t n_in);
 void amx_build_act_tiles(ActFormat format, const uint8_t* act, size_t act_stride, int64_t n_in, int64_t begin,
                          int64_t end, uint8_t* tiles);
 
+// A batch of one token tile (16-31 tokens) runs the kernels that take the weight rows as
+// the tiles' first operand (Q8_0, Q4_0, Q5_0, Q4_K, Q6_K); they read the tile's tokens
+// transposed as the second. A matmul lays that out once too (GemmArgs::amx_rows_b),
+// instead of every call (the matmul runs in 8 calls per thread): bytes, and the layout
+// from tile 0 of amx_build_act_tiles.
+size_t amx_rows_b_bytes(ActFormat format, int64_t n_in);
+void amx_build_rows_b(ActFormat format, const uint8_t* tiles, int64_t n_in, uint8_t* out);
+
 
 // The machine's int8 multiply-add throughput through the tiles: `threads` threads each
 // running independent TDPBSSDs from registers for about `seconds`, in ops/s (2 per

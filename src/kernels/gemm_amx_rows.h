@@ -37,9 +37,8 @@ inline const uint8_t* one_tile_acts(const GemmArgs& a, ActFormat format) {
 // The activations of one token tile as tile B (16 tokens x 4 bytes per row), for every
 // block: chunk c's 16 tokens x 16 dwords of the tile layout above, transposed, at 1024 c
 // of the block's kKRowsBlockBytes. Rows 0-7 are B of the chunk's first 32 elements, rows
-// 8-15 of its second; all 16, B of its 64. Per thread, from the caller's tile layout.
-inline const uint8_t* transposed_k_act_tiles(const uint8_t* acts, int64_t nb) {
-  uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * kKRowsBlockBytes, "activation tiles, transposed");
+// 8-15 of its second; all 16, B of its 64.
+inline void build_k_rows_b(const uint8_t* acts, int64_t nb, uint8_t* bt) {
   for (int64_t b = 0; b < nb; ++b)
     for (int c = 0; c < 4; ++c) {
       const uint8_t* rows[kAmxTokens];
@@ -50,6 +49,33 @@ inline const uint8_t* transposed_k_act_tiles(const uint8_t* acts, int64_t nb) {
         for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + b * kKRowsBlockBytes + 1024 * c + 512 * half + 64 * k, out[k]);
       }
     }
+}
+
+// Q8_0 activations likewise: B of block b at 512 b, the tile's 16 tokens x 8 dwords,
+// transposed.
+inline void build_q8_rows_b(const uint8_t* acts, int64_t nb, uint8_t* bt) {
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* rows[kAmxTokens];
+    for (int t = 0; t < kAmxTokens; ++t) rows[t] = acts + b * kQ8ActTile + 32 * t;
+    __m512i out[8];
+    load_transposed(rows, 0, out);
+    for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * b + 64 * k, out[k]);
+  }
+}
+
+// Bytes of the B layout above for n_in elements.
+inline size_t rows_b_bytes(ActFormat format, int64_t n_in) {
+  return format == ActFormat::kQ8_K ? static_cast<size_t>(n_in / kQK_K) * kKRowsBlockBytes
+                                    : static_cast<size_t>(n_in / 32) * 512;
+}
+
+// The B layout of a call: the caller's (GemmArgs::amx_rows_b, laid out once per matmul),
+// or built here from `acts` in a per-thread buffer.
+inline const uint8_t* rows_b(const GemmArgs& a, ActFormat format, const uint8_t* acts) {
+  if (a.amx_rows_b != nullptr) return a.amx_rows_b;
+  uint8_t* bt = thread_buffer<2>(rows_b_bytes(format, a.n_in), "activation tiles, transposed");
+  if (format == ActFormat::kQ8_K) build_k_rows_b(acts, a.n_in / kQK_K, bt);
+  else build_q8_rows_b(acts, a.n_in / 32, bt);
   return bt;
 }
 
@@ -76,7 +102,7 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t nb = a.n_in / kQK_K;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
   const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_K);
-  const uint8_t* bt = transposed_k_act_tiles(acts, nb);
+  const uint8_t* bt = rows_b(a, ActFormat::kQ8_K, acts);
   // Per pipeline set (3: a block is unpacked while the one before it runs on the tiles
   // and the one before that is combined): the block's A rows (4 regions of 16 rows x 64
   // bytes: the low and the high nibbles of qs[0..63], then of qs[64..127]), each row's
@@ -182,7 +208,7 @@ void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t nb = a.n_in / kQK_K;
   configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}});
   const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_K);
-  const uint8_t* bt = transposed_k_act_tiles(acts, nb);
+  const uint8_t* bt = rows_b(a, ActFormat::kQ8_K, acts);
   // Per pipeline set (3, as for Q4_K): the block's A rows, 64 elements a chunk, the low
   // bytes of chunk c at 2048 c and the high bytes at 2048 c + 1024 (16 rows x 64 bytes
   // each); each row's d. Per dot set: the block's lo and hi dots.
@@ -301,15 +327,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t nb = a.n_in / 32;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
   const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_0);
-  // B of block b at 512 b: the tile's 16 tokens x 8 dwords, transposed.
-  uint8_t* bt = thread_buffer<2>(static_cast<size_t>(nb) * 512, "activation tiles, transposed");
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* rows[kAmxTokens];
-    for (int t = 0; t < kAmxTokens; ++t) rows[t] = acts + b * kQ8ActTile + 32 * t;
-    __m512i out[8];
-    load_transposed(rows, 0, out);
-    for (int k = 0; k < 8; ++k) _mm512_store_si512(bt + 512 * b + 64 * k, out[k]);
-  }
+  const uint8_t* bt = rows_b(a, ActFormat::kQ8_0, acts);  // B of block b at 512 b
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
   alignas(64) float dw[2][kPanelRows];
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {

@@ -663,6 +663,18 @@ void amx_build_act_tiles(ActFormat format, const uint8_t* act, size_t act_stride
   throw Error("amx_build_act_tiles: the AMX kernels take Q8_0 or Q8_K activations");
 }
 
+size_t amx_rows_b_bytes(ActFormat format, int64_t n_in) {
+  if (format != ActFormat::kQ8_0 && format != ActFormat::kQ8_K)
+    throw Error("amx_rows_b_bytes: the AMX kernels take Q8_0 or Q8_K activations");
+  return rows_b_bytes(format, n_in);
+}
+
+void amx_build_rows_b(ActFormat format, const uint8_t* tiles, int64_t n_in, uint8_t* out) {
+  if (format == ActFormat::kQ8_0) return build_q8_rows_b(tiles, n_in / 32, out);
+  if (format == ActFormat::kQ8_K) return build_k_rows_b(tiles, n_in / kQK_K, out);
+  throw Error("amx_build_rows_b: the AMX kernels take Q8_0 or Q8_K activations");
+}
+
 double amx_int8_peak_ops_per_s(int threads, double seconds) {
   if (!amx_usable() || threads < 1) return 0;
   std::vector<std::pair<double, double>> runs(static_cast<size_t>(threads));

@@ -80,8 +80,10 @@ size_t matmul_shared_bytes(const WeightMatrix& w, int64_t max_tokens) {
       bytes += 2 * q8_0_scales_t_floats(w.n_in, max_tokens) * sizeof(float);
     if (w.dtype == DType::I8_ROWS)  // the outlier masks
       bytes += static_cast<size_t>(max_tokens * outlier_mask_words(w.n_in)) * sizeof(uint64_t);
-    if (kernel->isa == Isa::kAmxInt8)  // the activation tiles, 64-byte aligned
+    if (kernel->isa == Isa::kAmxInt8) {  // the activation tiles, 64-byte aligned, and one tile's B
       bytes = round_up_64(bytes) + static_cast<size_t>(max_tokens / 16) * amx_act_tile_bytes(kernel->act, w.n_in);
+      if (max_tokens >= 16) bytes = round_up_64(bytes) + amx_rows_b_bytes(kernel->act, w.n_in);
+    }
     most = std::max(most, bytes);
   }
   return most;
@@ -150,6 +152,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
   size_t act_stride = static_cast<size_t>(n_in) * sizeof(float);
   float* scales_t = nullptr;
   const uint8_t* amx_tiles = nullptr;
+  const uint8_t* amx_rows_b = nullptr;
   const float threshold = int8_outlier_threshold();
   uint64_t* masks = nullptr;  // I8_ROWS with outlier decomposition
   const int64_t mask_words = outlier_mask_words(n_in);
@@ -193,6 +196,11 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
         amx_build_act_tiles(kernel->act, dst, act_stride, n_in, begin, end, tiles);
       });
       amx_tiles = tiles;
+      if (n_tokens < 32) {  // one token tile: the rows kernels' B operand too
+        uint8_t* b = tiles + round_up_64(amx_act_tile_bytes(kernel->act, n_in));
+        amx_build_rows_b(kernel->act, tiles, n_in, b);
+        amx_rows_b = b;
+      }
     }
   }
   // Each thread streams its own contiguous share of the rows in order (one forward
@@ -222,7 +230,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
                           act_stride, ys[i] + r0,
                           w.n_out,    scales_t,
                           sums_t,     q8_0_scales_t_stride(n_tokens),
-                          amx_tiles};
+                          amx_tiles,  amx_rows_b};
       kernels[i]->gemm(args, rows, n_tokens);
       if (masks != nullptr) add_outliers(w, r0, rows, x, n_tokens, masks, ys[i]);
       begin = stop;

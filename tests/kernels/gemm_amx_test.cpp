@@ -67,6 +67,18 @@ int64_t first_difference(const Case& c, int64_t n, int64_t n_rows, int64_t n_tok
   c.fn(args, n_rows, n_tokens);
   for (size_t i = 0; i < y.size(); ++i)
     if (!(y[i] == want[i])) return static_cast<int64_t>(y.size() + i);  // past got: the prebuilt run
+  // One token tile: with its transposed B laid out beforehand as well (an offset past
+  // both runs above).
+  if (n_tiles == 1) {
+    std::vector<uint8_t> b(amx_rows_b_bytes(ref->act, n) + 64);
+    uint8_t* aligned = b.data() + (64 - reinterpret_cast<uintptr_t>(b.data()) % 64) % 64;
+    amx_build_rows_b(ref->act, tiles.data(), n, aligned);
+    std::fill(y.begin(), y.end(), -7.0f);
+    args.amx_rows_b = aligned;
+    c.fn(args, n_rows, n_tokens);
+    for (size_t i = 0; i < y.size(); ++i)
+      if (!(y[i] == want[i])) return static_cast<int64_t>(2 * y.size() + i);
+  }
   return -1;
 }
 
