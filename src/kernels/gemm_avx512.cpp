@@ -309,6 +309,20 @@ inline __m128i scales_mins_k4_vec(const uint8_t* packed) {
   return _mm_or_si128(low, high);  // s_lo s_hi m_lo m_hi
 }
 
+// scales_mins_k4_vec of four blocks' packed scales, one per 128-bit lane.
+inline __m512i scales_mins_k4_x4(const uint8_t* p0, const uint8_t* p1, const uint8_t* p2, const uint8_t* p3) {
+  __m512i u = _mm512_castsi128_si512(load128(p0));
+  u = _mm512_inserti32x4(u, load128(p1), 1);
+  u = _mm512_inserti32x4(u, load128(p2), 2);
+  u = _mm512_inserti32x4(u, load128(p3), 3);
+  const __m512i a = _mm512_shuffle_epi32(u, _MM_PERM_CBCA);  // u0 u2 u1 u2 per lane
+  const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(a, _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0, 0, 4))),
+                                       _mm512_broadcast_i32x4(_mm_setr_epi32(0x3f3f3f3f, 0x0f0f0f0f, 0x3f3f3f3f, 0x0f0f0f0f)));
+  const __m512i high = _mm512_and_si512(_mm512_srli_epi32(_mm512_shuffle_epi32(u, _MM_PERM_BBAA), 2),
+                                        _mm512_broadcast_i32x4(_mm_setr_epi32(0, 0x30303030, 0, 0x30303030)));
+  return _mm512_or_si512(low, high);  // per lane: s_lo s_hi m_lo m_hi
+}
+
 // Activation row views for Q8_0: q bytes, float scales, int32 block sums.
 struct ActRow {
   const int8_t* q;
