@@ -24,9 +24,10 @@
 //     transposed to rows, 16 x 16 per 16 keys; B: Vb[key / 2][d] = (v[2j][d], v[2j +
 //     1][d]), no transpose), acc in row order.
 //   The two forms sum the same products in the same order, so they give the same bits.
-//   Transposing P costs each group a fifth of its time at 512 tokens over 4608 keys;
-//   transposing V costs a step more than a single group's P (decode at 4096 keys: 0.42
-//   against 0.32 ms with it), so each form takes the case it is cheaper for.
+//   Transposing P cost each group a fifth of its time at 512 tokens over 4608 keys;
+//   transposing V costs a step more than transposing a single group's P (decode at 4096
+//   keys: 0.42 ms in the transposed form against 0.32 in the row form), so each form
+//   takes the case it is cheaper for.
 // A group with fewer rows (an item's last) runs as 16 whose extra rows see no keys:
 // their probabilities are zeros and nothing of them is stored.
 #include <immintrin.h>
