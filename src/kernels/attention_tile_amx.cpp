@@ -130,6 +130,15 @@ void pack_value_pairs(const uint16_t* const* v_rows, int64_t d_head, uint32_t* v
 // Tiles: C 0..3, A 4 (hi) and 5 (lo), B 6 (hi) and 7 (lo), all 16 rows of 64 bytes.
 void configure() { configure_tiles({{16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}, {16, 64}}); }
 
+// C += A_hi B_hi + A_lo B_hi + A_hi B_lo: B (hi, lo) already in tiles 6 and 7, A (hi, lo)
+// loaded into 4 and 5 from a and a_lo, rows a_stride bytes apart.
+#define RIDGE_BF16X3_A(C, a, a_lo, a_stride)    \
+  RIDGE_TILE_LOAD_STRIDED(4, (a), (a_stride));    \
+  RIDGE_TILE_LOAD_STRIDED(5, (a_lo), (a_stride)); \
+  RIDGE_TILE_DPBF16PS(C, 4, 6);                   \
+  RIDGE_TILE_DPBF16PS(C, 5, 6);                   \
+  RIDGE_TILE_DPBF16PS(C, 4, 7)
+
 // Scores of one group of 16 rows against the 64 keys, transposed: sT[key][row] (s_stride
 // floats per key) from the keys' A tiles and the rows' B tiles (qb at the group's first
 // row, rows_pad dwords per d pair). Per element, for each 32 values of d in order:
@@ -145,17 +154,10 @@ void score_group(const uint16_t* ka, int64_t d_head, const uint32_t* qb, const u
   for (int64_t d0 = 0; d0 < d_head; d0 += 32) {
     RIDGE_TILE_LOAD_STRIDED(6, qb + d0 / 2 * rows_pad, b_stride);
     RIDGE_TILE_LOAD_STRIDED(7, qb_lo + d0 / 2 * rows_pad, b_stride);
-#define RIDGE_KEY_TILE(C)                                                   \
-  RIDGE_TILE_LOAD_STRIDED(4, ka + (C) * m_step + d0, a_stride);             \
-  RIDGE_TILE_LOAD_STRIDED(5, ka_lo + (C) * m_step + d0, a_stride);          \
-  RIDGE_TILE_DPBF16PS(C, 4, 6);                                             \
-  RIDGE_TILE_DPBF16PS(C, 5, 6);                                             \
-  RIDGE_TILE_DPBF16PS(C, 4, 7)
-    RIDGE_KEY_TILE(0);
-    RIDGE_KEY_TILE(1);
-    RIDGE_KEY_TILE(2);
-    RIDGE_KEY_TILE(3);
-#undef RIDGE_KEY_TILE
+    RIDGE_BF16X3_A(0, ka + d0, ka_lo + d0, a_stride);
+    RIDGE_BF16X3_A(1, ka + m_step + d0, ka_lo + m_step + d0, a_stride);
+    RIDGE_BF16X3_A(2, ka + 2 * m_step + d0, ka_lo + 2 * m_step + d0, a_stride);
+    RIDGE_BF16X3_A(3, ka + 3 * m_step + d0, ka_lo + 3 * m_step + d0, a_stride);
   }
   RIDGE_TILE_STORE_STRIDED(0, sT, s_stride * 4);
   RIDGE_TILE_STORE_STRIDED(1, sT + 16 * s_stride, s_stride * 4);
@@ -213,23 +215,20 @@ void accumulate_transposed(const uint16_t* vt, int64_t d_head, int64_t d0, const
   for (int half = 0; half < kKeys / 32; ++half) {
     RIDGE_TILE_LOAD_STRIDED(6, pb + half * 16 * 16, 64);
     RIDGE_TILE_LOAD_STRIDED(7, pb_lo + half * 16 * 16, 64);
-#define RIDGE_VALUE_TILE(C)                                                                \
-  RIDGE_TILE_LOAD_STRIDED(4, vt + (d0 + 16 * (C)) * kKeys + 32 * half, kKeys * 2);         \
-  RIDGE_TILE_LOAD_STRIDED(5, vt_lo + (d0 + 16 * (C)) * kKeys + 32 * half, kKeys * 2);      \
-  RIDGE_TILE_DPBF16PS(C, 4, 6);                                                            \
-  RIDGE_TILE_DPBF16PS(C, 5, 6);                                                            \
-  RIDGE_TILE_DPBF16PS(C, 4, 7)
-    RIDGE_VALUE_TILE(0);
-    RIDGE_VALUE_TILE(1);
-    RIDGE_VALUE_TILE(2);
-    RIDGE_VALUE_TILE(3);
-#undef RIDGE_VALUE_TILE
+    const uint16_t* a = vt + d0 * kKeys + 32 * half;  // d tile i at 16 i rows
+    const uint16_t* a_lo = vt_lo + d0 * kKeys + 32 * half;
+    RIDGE_BF16X3_A(0, a, a_lo, kKeys * 2);
+    RIDGE_BF16X3_A(1, a + 16 * kKeys, a_lo + 16 * kKeys, kKeys * 2);
+    RIDGE_BF16X3_A(2, a + 32 * kKeys, a_lo + 32 * kKeys, kKeys * 2);
+    RIDGE_BF16X3_A(3, a + 48 * kKeys, a_lo + 48 * kKeys, kKeys * 2);
   }
   RIDGE_TILE_STORE_STRIDED(0, pvT, 64);
   RIDGE_TILE_STORE_STRIDED(1, pvT + 16 * 16, 64);
   RIDGE_TILE_STORE_STRIDED(2, pvT + 32 * 16, 64);
   RIDGE_TILE_STORE_STRIDED(3, pvT + 48 * 16, 64);
 }
+
+#undef RIDGE_BF16X3_A
 
 // e^x (x <= 0; NaN lanes only where the caller masks them): x clamped at -104 (e^-104
 // is below the smallest float), t = x log2(e), 2^round(t) * 2^f with f = t - round(t) in
