@@ -2,11 +2,11 @@
 // tile (16-31 tokens: batched decode), included by gemm_amx_tiles.h inside that file's
 // anonymous namespace, target pragmas and tile macros, after the panel kernels, whose
 // activation tile layout they read and which hand them a single tile
-// (gemm_amx_q8/gemm_amx_k). Design: the comment on gemm_amx_q4_k_rows below, and
+// (gemm_amx_q8/gemm_amx_k). Design: the comment on gemm_amx_k4_rows below, and
 // docs/benchmarks.md ("AMX-INT8: batched decode, the weight rows as tile A").
 #pragma once
 
-// ---- Q4_K for one token tile: the weight rows as tile A ------------------------------
+// ---- Q4_K and Q5_K for one token tile: the weight rows as tile A -------------------
 
 // A batch of 16-31 tokens (batched decode) is one token tile, so each weight serves 16
 // tokens. The panel form (gemm_amx_tiles.h) repays its per-panel work (rows transposed
@@ -97,8 +97,15 @@ struct RowsAhead {
   }
 };
 
-void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
-  using Block = BlockQ4_K;
+//
+// Q5_K (kFifthBit) the same way, each weight's fifth bit from qh added into its A byte
+// (q up to 31). Its dots reach 32 x 31 x 128 = 126976, so only pairs of scaled dots stay
+// below 2^24 (exact in float): the four pair sums are added as integers, and the block's
+// sum converted once, as float(sumi) does.
+template <bool kFifthBit>
+void gemm_amx_k4_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
+  using Block = std::conditional_t<kFifthBit, BlockQ5_K, BlockQ4_K>;
+  static_assert(offsetof(Block, scales) == offsetof(BlockQ4_K, scales), "d, dmin and scales lead both blocks");
   const int64_t nb = a.n_in / kQK_K;
   configure_tiles({{16, 32}, {16, 32}, {8, 64}, {8, 64}, {16, 64}, {16, 64}});
   const uint8_t* acts = one_tile_acts(a, ActFormat::kQ8_K);
@@ -114,6 +121,14 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   alignas(64) float d_dmin[3][kPanelRows * 2];
   alignas(64) int32_t dots[2][8][kAmxTokens * kPanelRows];
   const __m512i low4 = _mm512_set1_epi8(0x0f);
+  // Q5_K: the qh bit of each byte of an A row. Region h's low nibbles are sub-blocks 4 h
+  // (bytes 0-31) and 4 h + 2 (32-63), its high nibbles 4 h + 1 and 4 h + 3; sub-block g's
+  // bit is bit g of qh[l].
+  [[maybe_unused]] __m512i fifth_bit[2][2];
+  for (int h = 0; h < 2; ++h)
+    for (int high = 0; high < 2; ++high)
+      fifth_bit[h][high] = _mm512_inserti64x4(_mm512_set1_epi8(static_cast<char>(1 << (4 * h + high))),
+                                              _mm256_set1_epi8(static_cast<char>(1 << (4 * h + 2 + high))), 1);
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
     const Block* w[kPanelRows];
@@ -126,8 +141,14 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       uint8_t* dst = arows[set];
       for (int h = 0; h < 2; ++h) {
         const __m512i q = _mm512_loadu_si512(blk.qs + 64 * h);
-        _mm512_store_si512(dst + 2048 * h + 64 * r, _mm512_and_si512(q, low4));
-        _mm512_store_si512(dst + 2048 * h + 1024 + 64 * r, _mm512_and_si512(_mm512_srli_epi16(q, 4), low4));
+        __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
+        if constexpr (kFifthBit) {
+          const __m512i qh = _mm512_broadcast_i64x4(load256(blk.qh)), sixteen = _mm512_set1_epi8(16);
+          lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, fifth_bit[h][0]), lo, sixteen);
+          hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, fifth_bit[h][1]), hi, sixteen);
+        }
+        _mm512_store_si512(dst + 2048 * h + 64 * r, lo);
+        _mm512_store_si512(dst + 2048 * h + 1024 + 64 * r, hi);
       }
       if (r % 4 != 0) return;
       const Block* const blks[4] = {&blk, &w[r + 1][b], &w[r + 2][b], &w[r + 3][b]};
@@ -187,15 +208,26 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         prefetch_part(b * kPanelRows + r);
         const float* sc = scales[set] + 8 * r;
         const auto term = [&](int s) { return _mm512_cvtepi32_ps(_mm512_load_si512(dots[dset][s] + kAmxTokens * r)); };
-        __m512 lo = _mm512_mul_ps(term(0), _mm512_set1_ps(sc[0]));
-        __m512 hi = _mm512_mul_ps(term(4), _mm512_set1_ps(sc[4]));
-        for (int s = 1; s < 4; ++s) {
-          lo = _mm512_fmadd_ps(term(s), _mm512_set1_ps(sc[s]), lo);
-          hi = _mm512_fmadd_ps(term(4 + s), _mm512_set1_ps(sc[4 + s]), hi);
+        __m512 sumi;  // float(sumi) of the reference
+        if constexpr (kFifthBit) {
+          const auto pair = [&](int s) {  // scale x dot of sub-blocks s and s + 1: below 2^24, exact
+            return _mm512_cvtps_epi32(
+                _mm512_fmadd_ps(term(s + 1), _mm512_set1_ps(sc[s + 1]), _mm512_mul_ps(term(s), _mm512_set1_ps(sc[s]))));
+          };
+          sumi = _mm512_cvtepi32_ps(
+              _mm512_add_epi32(_mm512_add_epi32(pair(0), pair(2)), _mm512_add_epi32(pair(4), pair(6))));
+        } else {
+          __m512 lo = _mm512_mul_ps(term(0), _mm512_set1_ps(sc[0]));
+          __m512 hi = _mm512_mul_ps(term(4), _mm512_set1_ps(sc[4]));
+          for (int s = 1; s < 4; ++s) {
+            lo = _mm512_fmadd_ps(term(s), _mm512_set1_ps(sc[s]), lo);
+            hi = _mm512_fmadd_ps(term(4 + s), _mm512_set1_ps(sc[4 + s]), hi);
+          }
+          sumi = _mm512_add_ps(lo, hi);
         }
         __m512i imin = _mm512_setzero_si512();
         for (int i = 0; i < 4; ++i) imin = _mm512_dpwssd_epi32(imin, sums[i], _mm512_set1_epi32(min_pairs[set][4 * r + i]));
-        acc[r] = _mm512_fmadd_ps(_mm512_add_ps(lo, hi), _mm512_mul_ps(_mm512_set1_ps(d_dmin[set][2 * r]), dy), acc[r]);
+        acc[r] = _mm512_fmadd_ps(sumi, _mm512_mul_ps(_mm512_set1_ps(d_dmin[set][2 * r]), dy), acc[r]);
         acc[r] = _mm512_fnmadd_ps(_mm512_cvtepi32_ps(imin), _mm512_mul_ps(_mm512_set1_ps(d_dmin[set][2 * r + 1]), dy),
                                   acc[r]);
         if (ahead) unpack_row(b + 2, set_of(b + 2), r);
@@ -205,7 +237,7 @@ void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 #pragma GCC unroll 16
     for (int t = 0; t < kAmxTokens; ++t) store_rows16(a.y + t * a.ldy + r0, acc[t], rows);
   }
-  if (n_tokens > kAmxTokens) gemm<QK4<false>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
+  if (n_tokens > kAmxTokens) gemm<QK4<kFifthBit>>(tokens_from(a, kAmxTokens), n_rows, n_tokens - kAmxTokens);
 }
 
 // Q6_K the same way, its sub-block scales folded into the weights as the panel form
@@ -330,7 +362,8 @@ void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
 // bytes q - 2^kShift, in element order; the activations, transposed once per call, are
 // tile B. A TDPBSSD per block, then its float scales through the reference's fma. (The
 // panel form unpacks each block into 16-row vectors, shifted to unsigned and back, for
-// one token tile's use.)
+// one token tile's use.) Q4_1 and Q5_1 (kMin) keep q unsigned (TDPBUSD) and add the
+// block's min as the panel form does, m x the tokens' block sums, the reference's second fma.
 template <class U8>
 void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   constexpr bool kDirect = std::is_same_v<U8, U8Q8_0>;
@@ -341,6 +374,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const uint8_t* bt = rows_b(a, ActFormat::kQ8_0, acts);  // B of block b at 512 b
   alignas(64) int32_t dots[2][kAmxTokens * kPanelRows];
   alignas(64) float dw[2][kPanelRows];
+  [[maybe_unused]] alignas(64) float dm[2][kPanelRows];  // kMin: the rows' f16 mins, after d
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
     const uint8_t* w[kPanelRows];
@@ -352,14 +386,15 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     uint8_t* copy = staged ? thread_buffer<3>(static_cast<size_t>(nb) * 512, "unpacked weight rows") : nullptr;
     const __m256i offset = _mm256_set1_epi8(static_cast<char>(1 << U8::kShift));
     const auto unpack_row = [&](int64_t b, int r) {  // U8Q8_0::load is q + 128: back to q as well
-      _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r),
-                         _mm256_sub_epi8(U8::load(w[r] + b * kBytes), offset));
+      const __m256i q = U8::load(w[r] + b * kBytes);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r), U8::kMin ? q : _mm256_sub_epi8(q, offset));
     };
     const auto issue = [&](int64_t b, int set) {
       for (int r = 0; r < kPanelRows; ++r) {
-        uint16_t d;
-        std::memcpy(&d, w[r] + b * kBytes, sizeof(d));
-        dw[set][r] = _cvtsh_ss(d);
+        uint16_t d[2];
+        std::memcpy(d, w[r] + b * kBytes, U8::kMin ? 4 : 2);
+        dw[set][r] = _cvtsh_ss(d[0]);
+        if constexpr (U8::kMin) dm[set][r] = _cvtsh_ss(d[1]);
       }
       // The file's weights are read-only: that A load names no memory; the copied rows'
       // load names them, so it follows the stores that wrote them.
@@ -373,7 +408,8 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   }                                                                                                               \
   RIDGE_TILE_LOAD(TB, bt + 512 * b, 64, 512);                                                                     \
   _tile_zero(TC);                                                                                                 \
-  _tile_dpbssd(TC, TA, TB);                                                                                       \
+  if constexpr (U8::kMin) _tile_dpbusd(TC, TA, TB);                                                               \
+  else _tile_dpbssd(TC, TA, TB);                                                                                  \
   RIDGE_TILE_STORE(TC, dots[set])
       if (set == 0) {
         RIDGE_AMX_Q8_ROWS_ISSUE(0, 2, 4);
@@ -396,11 +432,14 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       const bool ahead = staged && b + 2 < nb;
       if (b + 1 < nb) issue(b + 1, 1 - set);
       const __m512 dy = _mm512_loadu_ps(acts + b * kQ8ActTile + kAmxTokens * 32);  // a.amx_tiles need not be aligned
+      [[maybe_unused]] __m512 sums;  // kMin: the tokens' block sums
+      if constexpr (U8::kMin) sums = _mm512_cvtepi32_ps(_mm512_loadu_si512(acts + b * kQ8ActTile + kAmxTokens * 32 + 64));
 #pragma GCC unroll 16
       for (int r = 0; r < kPanelRows; ++r) {
         prefetch_part(b * kPanelRows + r);
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kAmxTokens * r)),
                                  _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
+        if constexpr (U8::kMin) acc[r] = _mm512_fmadd_ps(sums, _mm512_mul_ps(_mm512_set1_ps(dm[set][r]), dy), acc[r]);
         if (ahead) unpack_row(b + 2, r);
       }
     }

@@ -246,7 +246,8 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
   if constexpr (std::is_same_v<Src, AmxQ8Source<U8Q8_0>> || std::is_same_v<Src, AmxQ8Source<U8Q4_0>> ||
-                std::is_same_v<Src, AmxQ8Source<U8Q5_0>>)
+                std::is_same_v<Src, AmxQ8Source<U8Q5_0>> || std::is_same_v<Src, AmxQ8Source<U8Q4_1>> ||
+                std::is_same_v<Src, AmxQ8Source<U8Q5_1>>)
     if (n_tiles == 1) return gemm_amx_q8_rows<typename Src::U8Type>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
@@ -354,7 +355,8 @@ struct AmxKBlock {
 };
 
 // One token tile (16-31 tokens), the weight rows as tile A: below.
-void gemm_amx_q4_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);
+template <bool kFifthBit>
+void gemm_amx_k4_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);  // Q4_K, Q5_K
 void gemm_amx_q6_k_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens);
 
 // Token tiles in pairs (run_two), an odd last one alone (run_one); every tile is
@@ -364,8 +366,8 @@ void gemm_amx_k(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   using P = AmxKBlock<K>;
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensK) {
-    if constexpr (std::is_same_v<K, QK4<false>>)
-      if (n_tiles == 1) return gemm_amx_q4_k_rows(a, n_rows, n_tokens);
+    if constexpr (std::is_same_v<K, QK4<false>> || std::is_same_v<K, QK4<true>>)
+      if (n_tiles == 1) return gemm_amx_k4_rows<std::is_same_v<K, QK4<true>>>(a, n_rows, n_tokens);
     if constexpr (std::is_same_v<K, Q6K>)
       if (n_tiles == 1) return gemm_amx_q6_k_rows(a, n_rows, n_tokens);
     return gemm<K>(a, n_rows, n_tokens);
