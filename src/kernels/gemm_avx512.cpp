@@ -195,18 +195,12 @@ constexpr size_t kL1PrefetchTileBytes = 16 * 1024;
 template <int kRows = kDecodeRows>
 inline bool next_tile_into_l1(const GemmArgs& a) { return kRows * a.w_stride <= kL1PrefetchTileBytes; }
 
-// prefetch_ahead with the cache level decided by the caller: the decode tiles decide it
-// once per tile (next_tile_into_l1), as their block steps are short and Gemma 3's output
-// matrix alone makes 650k of them a token.
+// Lines [begin, end) of the next kRows rows' block step b (of kRows x block_bytes),
+// into L1 or L2.
 template <int kRows = kDecodeRows>
-inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1,
-                               int part = 0, int parts = 1) {
-  const size_t step = kRows * block_bytes;
-  const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride + b * step);
-  // Part `part` of `parts`: a long step's prefetches spread over its work, so they do not
-  // queue behind each other for the few line-fill buffers at once.
-  const size_t lines = (step + 63) / 64;
-  const size_t begin = lines * part / parts, end = lines * (part + 1) / parts;
+inline void prefetch_next_lines(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1,
+                                size_t begin, size_t end) {
+  const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride + b * kRows * block_bytes);
   if (into_l1) {
     for (size_t i = begin; i < end; ++i) _mm_prefetch(next + 64 * i, _MM_HINT_T0);
   } else {
@@ -214,10 +208,23 @@ inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t 
   }
 }
 
+// Lines of a block step of kRows rows.
 template <int kRows = kDecodeRows>
-inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, int part = 0,
-                           int parts = 1) {
-  prefetch_next_tile<kRows>(a, r0, b, block_bytes, next_tile_into_l1<kRows>(a), part, parts);
+constexpr size_t step_lines(size_t block_bytes) {
+  return (kRows * block_bytes + 63) / 64;
+}
+
+// prefetch_ahead with the cache level decided by the caller: the decode tiles decide it
+// once per tile (next_tile_into_l1), as their block steps are short and Gemma 3's output
+// matrix alone makes 650k of them a token.
+template <int kRows = kDecodeRows>
+inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1) {
+  prefetch_next_lines<kRows>(a, r0, b, block_bytes, into_l1, 0, step_lines<kRows>(block_bytes));
+}
+
+template <int kRows = kDecodeRows>
+inline void prefetch_ahead(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes) {
+  prefetch_next_tile<kRows>(a, r0, b, block_bytes, next_tile_into_l1<kRows>(a));
 }
 
 // Stores lanes 0..rows-1 of a 16-float vector to y[0..rows-1].
@@ -567,17 +574,26 @@ void gemm_blockwise(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
   alignas(64) uint8_t blk[K::kPanelBlock];
   __m512 acc[kBlockwiseTokens];
+  // The next rows' block step is prefetched in parts, one before the packing and one
+  // before each 4 tokens' dots, so the prefetches do not queue behind each other for the
+  // few line-fill buffers at once. Part p is lines [bound[p], bound[p + 1]), worked out
+  // once here: per part, the two 64-bit divisions were a cost of their own in every block.
+  const int64_t parts = 1 + (n_tokens + 3) / 4;
+  const size_t lines = step_lines<kPanelRows>(K::kBlockBytes);
+  size_t bound[kBlockwiseTokens / 4 + 2];
+  for (int64_t p = 0; p <= parts; ++p) bound[p] = lines * static_cast<size_t>(p) / static_cast<size_t>(parts);
+  const bool into_l1 = next_tile_into_l1<kPanelRows>(a);
   for (int64_t r0 = 0; r0 < n_rows; r0 += kPanelRows) {
     const int rows = static_cast<int>(std::min<int64_t>(kPanelRows, n_rows - r0));
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
     for (int64_t t = 0; t < n_tokens; ++t) acc[t] = _mm512_setzero_ps();
-    const int parts = 1 + static_cast<int>((n_tokens + 3) / 4);
     for (int64_t b = 0; b < nb; ++b) {
-      prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes, 0, parts);
+      prefetch_next_lines<kPanelRows>(a, r0, b, K::kBlockBytes, into_l1, bound[0], bound[1]);
       K::pack_block(w, b, blk);
       for (int64_t t0 = 0; t0 < n_tokens; t0 += 4) {
-        prefetch_ahead<kPanelRows>(a, r0, b, K::kBlockBytes, 1 + static_cast<int>(t0 / 4), parts);
+        const int64_t part = 1 + t0 / 4;
+        prefetch_next_lines<kPanelRows>(a, r0, b, K::kBlockBytes, into_l1, bound[part], bound[part + 1]);
         block_tokens<K>(a, blk, b, t0, static_cast<int>(std::min<int64_t>(4, n_tokens - t0)), acc + t0);
       }
     }
