@@ -97,7 +97,7 @@ struct RowsAhead {
         parts(static_cast<size_t>(nb) * kPanelRows) {}
   void operator()() {
     remainder += lines;
-    for (; remainder >= parts; remainder -= parts) _mm_prefetch(rows + 64 * next++, _MM_HINT_T1);
+    for (; remainder >= parts; remainder -= parts) prefetch_l2(rows + 64 * next++);
   }
 };
 

@@ -44,6 +44,7 @@
 #include "core/quant_blocks.h"
 #include "core/quant_bnb.h"
 #include "kernels/gemm.h"
+#include "kernels/prefetch.h"
 #include "kernels/amx_tiles.h"
 #include "kernels/gemm_amx.h"
 
@@ -202,9 +203,9 @@ inline void prefetch_next_lines(const GemmArgs& a, int64_t r0, int64_t b, size_t
                                 size_t begin, size_t end) {
   const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride + b * kRows * block_bytes);
   if (into_l1) {
-    for (size_t i = begin; i < end; ++i) _mm_prefetch(next + 64 * i, _MM_HINT_T0);
+    for (size_t i = begin; i < end; ++i) prefetch_l1(next + 64 * i);
   } else {
-    for (size_t i = begin; i < end; ++i) _mm_prefetch(next + 64 * i, _MM_HINT_T1);
+    for (size_t i = begin; i < end; ++i) prefetch_l2(next + 64 * i);
   }
 }
 

@@ -15,6 +15,7 @@
 #include "core/quant_blocks.h"
 #include "kernels/avx2_math.h"
 #include "kernels/gemm.h"
+#include "kernels/prefetch.h"
 
 namespace ridge::kernels {
 namespace {
@@ -375,7 +376,7 @@ struct TileQ8Family {
         const int64_t b = b0 + j;
         if (b >= nb) break;
         const uint8_t* blk = w + b * Decode::kBytes;
-        _mm_prefetch(reinterpret_cast<const char*>(blk + 512), _MM_HINT_T0);
+        prefetch_l1(blk + 512);
         const __m256i wb = Decode::load(blk);
         __m256i wq[8], y[8];  // one weight block against 8 tokens (zero past T)
         for (int t = 0; t < 8; ++t) {
