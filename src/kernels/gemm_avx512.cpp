@@ -578,7 +578,7 @@ void gemm_blockwise(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   // The next rows' block step is prefetched in parts, one before the packing and one
   // before each 4 tokens' dots, so the prefetches do not queue behind each other for the
   // few line-fill buffers at once. Part p is lines [bound[p], bound[p + 1]), worked out
-  // once here: per part, the two 64-bit divisions were a cost of their own in every block.
+  // once here rather than with two divisions per part and block.
   const int64_t parts = 1 + (n_tokens + 3) / 4;
   const size_t lines = step_lines<kPanelRows>(K::kBlockBytes);
   size_t bound[kBlockwiseTokens / 4 + 2];
