@@ -101,7 +101,6 @@ struct RowsAhead {
   }
 };
 
-//
 // Q5_K (kFifthBit) the same way, each weight's fifth bit from qh added into its A byte
 // (q up to 31). Its dots reach 32 x 31 x 128 = 126976, so only pairs of scaled dots stay
 // below 2^24 (exact in float): the four pair sums are added as integers, and the block's
@@ -143,11 +142,13 @@ void gemm_amx_k4_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     const auto unpack_row = [&](int64_t b, int set, int r) {
       const Block& blk = w[r][b];
       uint8_t* dst = arows[set];
+      [[maybe_unused]] __m512i qh;  // Q5_K: the row's 32 qh bytes in both halves
+      if constexpr (kFifthBit) qh = _mm512_broadcast_i64x4(load256(blk.qh));
       for (int h = 0; h < 2; ++h) {
         const __m512i q = _mm512_loadu_si512(blk.qs + 64 * h);
         __m512i lo = _mm512_and_si512(q, low4), hi = _mm512_and_si512(_mm512_srli_epi16(q, 4), low4);
         if constexpr (kFifthBit) {
-          const __m512i qh = _mm512_broadcast_i64x4(load256(blk.qh)), sixteen = _mm512_set1_epi8(16);
+          const __m512i sixteen = _mm512_set1_epi8(16);
           lo = _mm512_mask_add_epi8(lo, _mm512_test_epi8_mask(qh, fifth_bit[h][0]), lo, sixteen);
           hi = _mm512_mask_add_epi8(hi, _mm512_test_epi8_mask(qh, fifth_bit[h][1]), hi, sixteen);
         }

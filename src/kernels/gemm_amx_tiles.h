@@ -200,6 +200,7 @@ template <class U8>
 struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shifted back to q
   using K = Q8Family<U8>;
   using U8Type = U8;
+  static constexpr bool kOneTileRows = true;  // one token tile: gemm_amx_q8_rows
   static constexpr bool kRowScale = false;
   // Q4_1/Q5_1: q unsigned as stored (products as signed x unsigned bytes), and after the
   // block's scales its mins, whose term is the reference's second fma, m * sum(y).
@@ -221,7 +222,7 @@ struct AmxQ8Source {  // Q8_0, Q4_0, Q5_0: the AVX-512 panel, q + 2^kShift shift
 template <class F, GemmFn kRest>
 struct AmxBnbSource {  // NF4, I8_ROWS: their AVX-512 panels, w + 128 flipped back to w
   static_assert(kBnbGroupBytes == Q8Family<U8Q4_0>::kPanelBlock, "the tiles read both panels alike");
-  static constexpr bool kRowScale = true, kMin = false;
+  static constexpr bool kRowScale = true, kMin = false, kOneTileRows = false;
   static constexpr size_t kBlock = kBnbGroupBytes;
   static size_t panel_bytes(int64_t nb) { return bnb_panel_bytes(nb); }
   static void pack(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
@@ -245,9 +246,7 @@ void gemm_amx_q8(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
   constexpr size_t kBlock = Src::kBlock;  // a block's vectors, factors (and mins) in the panel
   const int64_t n_tiles = n_tokens / kAmxTokens, tiled = n_tiles * kAmxTokens;
   if (tiled < kAmxMinTokensQ8) return Src::rest(a, n_rows, n_tokens);
-  if constexpr (std::is_same_v<Src, AmxQ8Source<U8Q8_0>> || std::is_same_v<Src, AmxQ8Source<U8Q4_0>> ||
-                std::is_same_v<Src, AmxQ8Source<U8Q5_0>> || std::is_same_v<Src, AmxQ8Source<U8Q4_1>> ||
-                std::is_same_v<Src, AmxQ8Source<U8Q5_1>>)
+  if constexpr (Src::kOneTileRows)
     if (n_tiles == 1) return gemm_amx_q8_rows<typename Src::U8Type>(a, n_rows, n_tokens);
   configure_tiles({{kAmxTokens, 32}, {kAmxTokens, 32}, {8, 64}, {8, 64}, {kAmxTokens, 64}, {kAmxTokens, 64}});
   const int64_t nb = a.n_in / 32;
