@@ -21,6 +21,7 @@
 
 #include "core/quant_blocks.h"
 #include "kernels/gemm.h"
+#include "kernels/prefetch.h"
 
 #pragma GCC target("avx2,fma,f16c")
 
@@ -62,6 +63,7 @@ struct TileQ45K {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
 
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_stream_ahead(&w[b], sizeof(Block));
       const Block& blk = w[b];
       __m256i scales, mins;
       unpack_k4_scales(blk.scales, &scales, &mins);
@@ -116,6 +118,7 @@ struct TileQ6K {
     for (int t = 0; t < T; ++t) acc[t] = _mm256_setzero_ps();
 
     for (int64_t b = 0; b < nb; ++b) {
+      prefetch_stream_ahead(&w[b], sizeof(BlockQ6_K));
       const BlockQ6_K& blk = w[b];
       const __m256i scales = _mm256_cvtepi8_epi16(load128(blk.scales));  // 16 groups of 16
       __m256i sumi[T];

@@ -320,6 +320,7 @@ struct TileQ8Family {
     int64_t b0 = 0;
     for (; b0 + 8 <= nb; b0 += 8) {  // whole groups of 8 blocks: no branches, all in registers
       const uint8_t* blk = w + b0 * Decode::kBytes;
+      prefetch_stream_ahead(blk, 8 * Decode::kBytes);
       __m256i wq[8], y[8];
       for (int k = 0; k < 8; ++k) {
         wq[k] = Decode::load(blk + k * Decode::kBytes);

@@ -5,10 +5,24 @@
 // prefetches the compiler had dropped"). A volatile asm stays where it is written.
 #pragma once
 
+#include <cstddef>
+
 namespace ridge::kernels {
 
 // The line holding p into L1 (prefetcht0) or L2 (prefetcht1).
 inline void prefetch_l1(const void* p) { __asm__ volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
 inline void prefetch_l2(const void* p) { __asm__ volatile("prefetcht1 %0" : : "m"(*static_cast<const char*>(p))); }
+
+// The AVX2 decode kernels read a row at a time: each thread's rows are one sequential
+// stream, which the hardware prefetcher follows only within a 4 KiB page, restarting at
+// every page. Each step asks for its bytes' lines this far ahead, into L1: on the Intel
+// Xeon (family 6 model 167) the Q4_K kernel streamed 1.6x faster with it (512 bytes
+// ahead: 1.4x; 4 KiB: as 2 KiB). Prefetching past a row's end reads the next row, and
+// past the matrix, nothing (a prefetch does not fault).
+constexpr size_t kStreamAheadBytes = 2048;
+inline void prefetch_stream_ahead(const void* p, size_t bytes) {
+  const char* q = static_cast<const char*>(p) + kStreamAheadBytes;
+  for (size_t o = 0; o < bytes; o += 64) prefetch_l1(q + o);
+}
 
 }  // namespace ridge::kernels
