@@ -219,9 +219,10 @@ constexpr size_t step_lines(size_t block_bytes) {
 // once per tile (next_tile_into_l1), as their block steps are short and Gemma 3's output
 // matrix alone makes 650k of them a token. The tile after the next one goes into L2 as
 // well: one tile ahead is too close to keep memory busy. On the Intel Xeon (family 6
-// model 167) decode read weights at 72% of the read bandwidth with the next tile alone
-// and at 84-87% with both (qwen2.5-coder-1.5b tg64 18.8 -> 21.6 t/s; docs/benchmarks.md,
-// "Decode: the tile after next into L2"); three or four tiles ahead read the same.
+// model 167) decode read weights at 69-73% of the read bandwidth with the next tile
+// alone and at 88-92% with both (qwen2.5-coder-1.5b tg64 18.3-18.7 -> 23.3-23.5 t/s;
+// docs/benchmarks.md, "Decode: the tile after next into L2"); three or four tiles ahead
+// read the same.
 template <int kRows = kDecodeRows>
 inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1) {
   const size_t lines = step_lines<kRows>(block_bytes);
