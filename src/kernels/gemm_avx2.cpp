@@ -193,10 +193,9 @@ struct TileFloat {
       for (int t = 0; t < T; ++t) acc[r][t] = _mm256_setzero_ps();
     // The next tile's rows, a line of each per 64 bytes read.
     constexpr int64_t kLineElems = 64 / static_cast<int64_t>(sizeof(typename Load::Elem));
-    const int64_t ahead = R * a.w_stride;
+    const uint8_t* next = a.w + (r0 + R) * a.w_stride;
     for (int64_t i = 0; i < n8; i += 8) {
-      if (i % kLineElems == 0)
-        for (int r = 0; r < R; ++r) prefetch_l1(reinterpret_cast<const char*>(w[r] + i) + ahead);
+      if (i % kLineElems == 0) prefetch_rows_l1(next, a.w_stride, R, i * sizeof(typename Load::Elem));
       __m256 wv[R];
       for (int r = 0; r < R; ++r) wv[r] = Load::load8(w[r] + i);
       for (int t = 0; t < T; ++t) {

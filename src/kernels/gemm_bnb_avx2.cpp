@@ -103,13 +103,12 @@ void tile(const F& f, const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     yd[t] = reinterpret_cast<const float*>(row + a.n_in);
     acc[t] = _mm_setzero_ps();
   }
-  // The next tile's rows into L1, each a line per step at the step's share of the row:
-  // 4 short streams side by side, which the hardware prefetcher barely starts.
+  // The next tile's rows, a line of each per step at the step's share of the row.
   const int64_t n_steps = n_groups / 2;
   const size_t step_bytes = n_steps > 0 ? (a.w_stride + n_steps - 1) / n_steps : 0;
-  const char* next = reinterpret_cast<const char*>(a.w + (r0 + kRows) * a.w_stride);
-  for (int64_t k = 0; k < n_groups / 2; ++k) {
-    for (int r = 0; r < kRows; ++r) prefetch_l1(next + r * a.w_stride + k * step_bytes);
+  const uint8_t* next = a.w + (r0 + kRows) * a.w_stride;
+  for (int64_t k = 0; k < n_steps; ++k) {
+    prefetch_rows_l1(next, a.w_stride, kRows, k * step_bytes);
     __m256i lo[kRows], hi[kRows];
     for (int r = 0; r < kRows; ++r) f.step(w[r], k, lo[r], hi[r]);
     const __m128 c = f.step_scale(w, k);

@@ -25,4 +25,12 @@ inline void prefetch_stream_ahead(const void* p, size_t bytes) {
   for (size_t o = 0; o < bytes; o += 64) prefetch_l1(q + o);
 }
 
+// Kernels that read a tile of rows side by side (4 short streams the hardware prefetcher
+// barely starts) ask, as they read, for the same line of the next tile's rows: the line
+// `offset` bytes into each of `rows` rows `stride` bytes apart from `first`, into L1.
+inline void prefetch_rows_l1(const void* first, size_t stride, int rows, size_t offset) {
+  const char* p = static_cast<const char*>(first) + offset;
+  for (int r = 0; r < rows; ++r) prefetch_l1(p + r * stride);
+}
+
 }  // namespace ridge::kernels
