@@ -10,6 +10,7 @@
 #include "core/quant.h"
 #include "kernels/dot.h"
 #include "kernels/gemm.h"
+#include "kernels/prefetch.h"
 
 namespace ridge::kernels {
 
@@ -258,13 +259,42 @@ void prepare_queries(const ItemRef& item, const Shape& s, const StepKernel<T>& k
   }
 }
 
+// Keys [j0, j1) of KV head g: their K and V rows' lines into L2. chunk_partial asks for
+// the next step's keys before each step. A decode reads each key once, from memory: its
+// head's rows are every other 128 bytes of a block's 4 KiB page (the KV heads interleave
+// per token), and blocks need not be adjacent, so the hardware prefetcher barely starts
+// before a page ends; the step found its rows missing when it packed them.
+template <class T>
+void prefetch_key_rows(const PagedKvLayer<T>& kv, const AttentionSequence& seq, const Shape& s, int64_t g, int64_t j0,
+                       int64_t j1) {
+  const int64_t row_stride = unit_row_stride<T>(s), head = unit_head_offset<T>(s, g);
+  const size_t bytes = static_cast<size_t>(s.d_head / kKvValuesPerUnit<T>) * sizeof(T);
+  for (int64_t j = j0; j < j1;) {
+    const int64_t table_index = j / s.block_size, run_end = std::min(j1, (table_index + 1) * s.block_size);
+    const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
+    if (block >= 0 && block < s.n_blocks)
+      for (int64_t r = j; r < run_end; ++r) {
+        const int64_t at = (static_cast<int64_t>(block) * s.block_size + r % s.block_size) * row_stride + head;
+        const char* k = reinterpret_cast<const char*>(kv.k + at);
+        const char* v = reinterpret_cast<const char*>(kv.v + at);
+        for (size_t o = 0; o < bytes; o += 64) {
+          prefetch_l2(k + o);
+          prefetch_l2(v + o);
+        }
+      }
+    j = run_end;
+  }
+}
+
 // The item's tokens over the keys of one chunk, token i over [begin[i], end[i]) (possibly
 // empty): walks the keys in steps of kAttentionStepKeys aligned positions (so a key's lane
 // does not depend on the tile), skipping those no token sees. `out` is cleared first.
+// Keys before keys_end past the chunk are the same thread's next: their rows are
+// prefetched too.
 template <class T>
 void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s, const AttentionParams& params,
                    const int64_t* begin, const int64_t* end, const Partial& out, const float* qt, float* work,
-                   const StepKernel<T>& kernel) {
+                   const StepKernel<T>& kernel, int64_t keys_end) {
   const AttentionSequence& seq = *item.seq;
   const int64_t n_t = item.n_t, row_stride = unit_row_stride<T>(s);
   clear(out, s, n_t * item.n_heads);
@@ -334,6 +364,8 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
     }
     st.lane_begin = union_begin;
     st.lane_end = union_end;
+    if (w0 + kStepKeys < keys_end)
+      prefetch_key_rows(kv, seq, s, item.g, w0 + kStepKeys, std::min(keys_end, w0 + 2 * kStepKeys));
     kernel.step(st);
   }
   if (kernel.finish) kernel.finish(st);
@@ -401,7 +433,7 @@ void attend_tile(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& s,
       any = any || begin[i] < end[i];
     }
     if (!any) continue;
-    chunk_partial(kv, item, s, params, begin, end, it.chunk, it.qt, it.work, kernel);
+    chunk_partial(kv, item, s, params, begin, end, it.chunk, it.qt, it.work, kernel, hi + 1);
     for (int64_t i = 0; i < n_t; ++i)
       if (begin[i] < end[i])  // this token sees chunk c
         merge(rows_from(it.total, i * n_heads, s), rows_from(it.chunk, i * n_heads, s), s, n_heads);
@@ -526,7 +558,9 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
     const size_t needed = static_cast<size_t>(n_units) * unit_floats * sizeof(float);
     if (n_units > n_items && needed <= scratch.shared_bytes()) {
       float* partials = reinterpret_cast<float*>(scratch.shared_data());
-      pool.parallel_for_dynamic(n_units, 1, [&](int64_t begin, int64_t end, int thread) {
+      // Each thread walks its own run of chunks in order (stealing from the far end of
+      // the others' when done), so the keys it prefetches past a chunk are its next.
+      pool.parallel_for_stealing(n_units, 1, [&](int64_t begin, int64_t end, int thread) {
         const TileScratch it = carve(scratch.thread_data(thread), s);
         for (int64_t u = begin; u < end; ++u) {
           int64_t i = 0;
@@ -536,7 +570,8 @@ void attention_isa(const PagedKvLayer<T>& kv, std::span<const AttentionSequence>
           chunk_range(first, last, first_chunk[i] + (u - unit_begin[i]), &k_begin, &k_end);
           prepare_queries<T>(items[i], s, kernel, params.scale, it.qt);
           chunk_partial(kv, items[i], s, params, &k_begin, &k_end,
-                        partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, kernel);
+                        partial_at(partials + u * unit_floats, items[i].n_heads, s), it.qt, it.work, kernel,
+                        last + 1);
         }
       });
       const TileScratch it = carve(scratch.thread_data(0), s);
