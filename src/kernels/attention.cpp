@@ -267,21 +267,23 @@ void prepare_queries(const ItemRef& item, const Shape& s, const StepKernel<T>& k
 template <class T>
 void prefetch_key_rows(const PagedKvLayer<T>& kv, const AttentionSequence& seq, const Shape& s, int64_t g, int64_t j0,
                        int64_t j1) {
-  const int64_t row_stride = unit_row_stride<T>(s), head = unit_head_offset<T>(s, g);
+  const int64_t row_stride = unit_row_stride<T>(s);
   const size_t bytes = static_cast<size_t>(s.d_head / kKvValuesPerUnit<T>) * sizeof(T);
+  const size_t row_bytes = static_cast<size_t>(row_stride) * sizeof(T);
   for (int64_t j = j0; j < j1;) {
     const int64_t table_index = j / s.block_size, run_end = std::min(j1, (table_index + 1) * s.block_size);
     const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
-    if (block >= 0 && block < s.n_blocks)
-      for (int64_t r = j; r < run_end; ++r) {
-        const int64_t at = (static_cast<int64_t>(block) * s.block_size + r % s.block_size) * row_stride + head;
-        const char* k = reinterpret_cast<const char*>(kv.k + at);
-        const char* v = reinterpret_cast<const char*>(kv.v + at);
+    if (block >= 0 && block < s.n_blocks) {
+      const int64_t at = (static_cast<int64_t>(block) * s.block_size + j % s.block_size) * row_stride +
+                         unit_head_offset<T>(s, g);
+      const char* k = reinterpret_cast<const char*>(kv.k + at);
+      const char* v = reinterpret_cast<const char*>(kv.v + at);
+      for (int64_t r = j; r < run_end; ++r, k += row_bytes, v += row_bytes)
         for (size_t o = 0; o < bytes; o += 64) {
           prefetch_l2(k + o);
           prefetch_l2(v + o);
         }
-      }
+    }
     j = run_end;
   }
 }

@@ -229,7 +229,8 @@ size_t attention_quant_queries_bytes(int64_t n_rows, int64_t d_head);
 void attention_quant_queries(const BlockQ8_0* q8, int64_t n_rows, int64_t d_head, uint8_t* out);
 
 // The step over f16 caches on the AMX tile unit (attention_tile_amx.cpp), in split bf16:
-// each f32 operand x = hi + lo, hi = bf16(x), lo = bf16(x - hi) (nearest even), products
+// each f32 operand x = hi + lo, hi = bf16(x), lo = bf16(x - hi) (nearest even; for the
+// cache's f16 values hi is x truncated to bf16, and lo = x - hi exactly), products
 // summed by tdpbf16ps into f32 tiles. Per row (independent of the other rows, the lanes
 // outside the row's range and the tile config, so a token's output still has the same
 // bits whatever tile, part or thread computed it):
