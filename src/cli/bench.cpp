@@ -38,7 +38,6 @@
 #include "core/error.h"
 #include "dist/mpi.h"
 #include "engine/engine.h"
-#include "kv/kv_cache.h"
 #include "model/model.h"
 #include "plan/probe.h"
 
@@ -221,14 +220,10 @@ class Runner {
     // found again in the prefix cache (generate).
     o.prefix_cache = max_depth > 0 && max_seqs > 1;
     o.kv_type = opt.kv.dtype();
-    if (max_depth > 0) {
-      // Room for every sequence's whole context: the engine's default budget stops at 1
-      // GiB, and sequences it cannot hold would wait, or be preempted, inside the timing.
-      KvCacheConfig kv = model_->kv_cache_config(0, o.parallel, o.n_ctx);
-      kv.dtype = o.kv_type;
-      o.kv_budget_bytes = kv_bytes_per_token(kv) * static_cast<size_t>(o.n_ctx + kv.block_size) *
-                          static_cast<size_t>(o.parallel);
-    }
+    // At a depth, room for every sequence's whole context: the engine's default budget
+    // stops at 1 GiB, and sequences it cannot hold would wait, or be preempted, inside the
+    // timing.
+    if (max_depth > 0) o.kv_budget_bytes = size_engine(*model_, o).kv_bytes_all_contexts;
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
     engine_->start();
     if (max_depth > 0) {  // pp at depth: the context prefilled once, then found in the prefix cache

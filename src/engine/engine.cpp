@@ -113,9 +113,8 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   s.kv.dtype = o.kv_type;
   // Slack: each sequence's last block is partly filled.
   const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
-  s.kv.budget_bytes = o.kv_budget_bytes > 0
-                          ? o.kv_budget_bytes
-                          : std::min(kDefaultBudgetCap, per_sequence * static_cast<size_t>(o.parallel));
+  s.kv_bytes_all_contexts = per_sequence * static_cast<size_t>(o.parallel);
+  s.kv.budget_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes : std::min(kDefaultBudgetCap, s.kv_bytes_all_contexts);
   return s;
 }
 

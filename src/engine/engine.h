@@ -75,6 +75,8 @@ struct EngineSizing {
   KvCacheConfig kv;             // layers, slots, options.kv_type, budget: options.kv_budget_bytes,
                                 // or `parallel` contexts plus one partly filled block each (at
                                 // the type's bytes per token), capped at 1 GiB
+  size_t kv_bytes_all_contexts = 0;  // that default before its cap: what holds every
+                                     // sequence's whole context
 };
 // Throws ridge::Error naming the option when the options cannot run on this model.
 EngineSizing size_engine(const Model& model, const EngineOptions& options);
