@@ -222,6 +222,13 @@ template <class T>
 int64_t unit_head_offset(const Shape& s, int64_t g) {
   return g * s.d_head / kKvValuesPerUnit<T>;
 }
+// Where key j's row of KV head g starts in a layer's K (or V) array, in units, when
+// block `block` holds it.
+template <class T>
+int64_t key_row_at(const Shape& s, int32_t block, int64_t j, int64_t g) {
+  return (static_cast<int64_t>(block) * s.block_size + j % s.block_size) * unit_row_stride<T>(s) +
+         unit_head_offset<T>(s, g);
+}
 
 const float* query_of(const ItemRef& item, int64_t i, const Shape& s) {
   return item.seq->q + ((item.t + i) * s.n_head + item.g * s.n_rep + item.r0) * s.d_head;  // [n_heads][d_head]
@@ -274,8 +281,7 @@ void prefetch_key_rows(const PagedKvLayer<T>& kv, const AttentionSequence& seq, 
     const int64_t table_index = j / s.block_size, run_end = std::min(j1, (table_index + 1) * s.block_size);
     const int32_t block = seq.block_table[static_cast<size_t>(table_index)];
     if (block >= 0 && block < s.n_blocks) {
-      const int64_t at = (static_cast<int64_t>(block) * s.block_size + j % s.block_size) * row_stride +
-                         unit_head_offset<T>(s, g);
+      const int64_t at = key_row_at<T>(s, block, j, g);
       const char* k = reinterpret_cast<const char*>(kv.k + at);
       const char* v = reinterpret_cast<const char*>(kv.v + at);
       for (int64_t r = j; r < run_end; ++r, k += row_bytes, v += row_bytes)
@@ -356,9 +362,9 @@ void chunk_partial(const PagedKvLayer<T>& kv, const ItemRef& item, const Shape& 
         throw Error(str_cat("attention: block table entry ", table_index, " is ", block, " but holds keys ", j, "..",
                             run_end - 1, " inside the window of position ", seq.q_pos[item.t + n_t - 1],
                             " (pool has ", s.n_blocks, " blocks)"));
-      const int64_t first_row = static_cast<int64_t>(block) * s.block_size + j % s.block_size;
+      const int64_t first = key_row_at<T>(s, block, j, item.g);
       for (int l = l0; l < l1; ++l) {
-        const int64_t at = (first_row + (l - l0)) * row_stride + unit_head_offset<T>(s, item.g);
+        const int64_t at = first + (l - l0) * row_stride;
         k_rows[l] = seen ? kv.k + at : nullptr;
         v_rows[l] = seen ? kv.v + at : nullptr;
       }
