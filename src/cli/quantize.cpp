@@ -142,8 +142,8 @@ void quantize(const QuantizeCliOptions& opt) {
   if ((scales_given || grid_given) && opt.method != "awq" && opt.method != "awq-gptq")
     throw Error(str_cat(scales_given ? "--awq-scales" : "--awq-grid", " applies to --method awq and awq-gptq, not ",
                         opt.method));
-  if (opt.awq_weighted_fit && opt.method != "awq")
-    throw Error("--awq-weighted-fit applies to --method awq (awq-gptq rounds by GPTQ, whose fit is already weighted)");
+  if (opt.awq_weighted_fit && opt.method != "awq" && opt.method != "awq-gptq")
+    throw Error(str_cat("--awq-weighted-fit applies to --method awq and awq-gptq, not ", opt.method));
   o.extra_metadata.push_back(string_kv("quantize.method", opt.method));
   std::fprintf(stderr, "quantize: %s -> %s as %s (%s)\n", o.input.c_str(), o.output.c_str(), o.target.name.c_str(),
                opt.method.c_str());
@@ -257,7 +257,7 @@ void add_quantize_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_flag("--awq-weighted-fit", opt->awq_weighted_fit,
                "AWQ: round the scaled matrices with the format's importance-weighted search (their inputs' mean "
-               "square), in the search and in the output");
+               "square), in the search and in the output (awq-gptq: in the search; GPTQ's own fit is weighted)");
   cmd->add_option("--awq-scales", opt->awq_scales,
                   "AWQ: duo, mean|x|^alpha / mean|w|^(1 - alpha) with each weight over its block's absmax "
                   "(AutoAWQ's default); or activation, mean|x|^alpha")

@@ -48,10 +48,13 @@ def test_gptq_lowers_the_kl_divergence_of_round_to_nearest(base, tmp_path):
     k_rtn, _ = kld(rtn, base)
     k_gptq, _ = kld(gptq, base)
     assert k_gptq < 0.8 * k_rtn, (k_gptq, k_rtn)
-    # The combination runs too, and is at least as good as round to nearest.
-    both = tmp_path / "awq-gptq.gguf"
-    run("quantize", STORIES, both, "Q4_0", "--method", "awq-gptq", *CALIB)
-    assert kld(both, base)[0] < 0.8 * k_rtn
+    # The combination runs too, its scales searched with round to nearest or (as GPTQ
+    # will fit the blocks) the weighted fit, and beats round to nearest either way.
+    for search in [[], ["--awq-weighted-fit"]]:
+        both = tmp_path / "awq-gptq.gguf"
+        _, log = run("quantize", STORIES, both, "Q4_0", "--method", "awq-gptq", *search, *CALIB)
+        assert "awq: blk.0 qkv" in log and "gptq: blk.0.attn_q.weight" in log
+        assert kld(both, base)[0] < 0.8 * k_rtn, search
 
 
 # Measured on stories260K (grid 20): 0.152 (activation scales) and 0.143 (duo scales) against 0.179.
