@@ -434,14 +434,16 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     __m512 acc[kPanelRows];  // row r's 16 tokens
 #pragma GCC unroll 16
     for (int r = 0; r < kPanelRows; ++r) acc[r] = _mm512_setzero_ps();
-    // Staged rows are unpacked two blocks ahead, a row after each row's combining, as
-    // the K-quant kernels do: not all of them before the first tile product.
-    for (int64_t b = 0; b < std::min<int64_t>(2, nb) && staged; ++b)
+    // Staged rows are unpacked three blocks ahead, a row after each row's combining: not
+    // all of them before the first tile product, and not so close to it that the tile
+    // load of a block waits for the stores that unpacked it (two blocks ahead, the
+    // x16 Q5_0 and Q4_1 kernels ran 11-15% slower; the K-quant kernels gained nothing).
+    for (int64_t b = 0; b < std::min<int64_t>(3, nb) && staged; ++b)
       for (int r = 0; r < kPanelRows; ++r) unpack_row(b, r);
     issue(0, 0);
     for (int64_t b = 0; b < nb; ++b) {
       const int set = static_cast<int>(b % 2);
-      const bool ahead = staged && b + 2 < nb;
+      const bool ahead = staged && b + 3 < nb;
       if (b + 1 < nb) issue(b + 1, 1 - set);
       const __m512 dy = _mm512_loadu_ps(acts + b * kQ8ActTile + kAmxTokens * 32);  // a.amx_tiles need not be aligned
       [[maybe_unused]] __m512 sums;  // kMin: the tokens' block sums
@@ -452,7 +454,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
         acc[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_load_si512(dots[set] + kAmxTokens * r)),
                                  _mm512_mul_ps(_mm512_set1_ps(dw[set][r]), dy), acc[r]);
         if constexpr (U8::kMin) acc[r] = _mm512_fmadd_ps(sums, _mm512_mul_ps(_mm512_set1_ps(dm[set][r]), dy), acc[r]);
-        if (ahead) unpack_row(b + 2, r);
+        if (ahead) unpack_row(b + 3, r);
       }
     }
     transpose16x16_ps(acc);  // now token t's 16 rows
