@@ -395,8 +395,8 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
       _mm256_store_si256(reinterpret_cast<__m256i*>(copy + 512 * b + 32 * r), U8::kMin ? q : _mm256_sub_epi8(q, offset));
     };
     const auto issue = [&](int64_t b, int set) {
-      // The 16 rows' f16 scales (and mins) gathered as words, then converted at once: a
-      // conversion per row was a third of the kernel's vector operations per block.
+      // The 16 rows' f16 scales (and mins) gathered as words, then converted at once,
+      // not by 16 (32) scalar conversions per block (Gemm q4_1 x16: 7% faster).
       if constexpr (U8::kMin) {
         alignas(64) uint32_t dm16[kPanelRows];
         for (int r = 0; r < kPanelRows; ++r) std::memcpy(&dm16[r], w[r] + b * kBytes, 4);
@@ -437,7 +437,7 @@ void gemm_amx_q8_rows(const GemmArgs& a, int64_t n_rows, int64_t n_tokens) {
     // Staged rows are unpacked three blocks ahead, a row after each row's combining: not
     // all of them before the first tile product, and not so close to it that the tile
     // load of a block waits for the stores that unpacked it (two blocks ahead, the
-    // x16 Q5_0 and Q4_1 kernels ran 11-15% slower; the K-quant kernels gained nothing).
+    // x16 Q5_0 and Q4_1 kernels ran 10-15% slower; the K-quant kernels gained nothing).
     for (int64_t b = 0; b < std::min<int64_t>(3, nb) && staged; ++b)
       for (int r = 0; r < kPanelRows; ++r) unpack_row(b, r);
     issue(0, 0);

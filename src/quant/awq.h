@@ -18,7 +18,7 @@
 // Measured on Qwen2.5-Coder 0.5B Q4_0 (docs/quantization.md): mean KLD -14% against round
 // to nearest with duo scales and +1% with the paper's; -27% with duo scales and the
 // weighted fit. On Qwen2.5-Coder 1.5B, where AWQ alone stays at -21%, awq-gptq with the
-// weighted search gives -30% (GPTQ alone -27%; the search with round to nearest -24%).
+// weighted search gives -30% (GPTQ alone -25% to -27%; the search with round to nearest -24%).
 // (AWQ's clipping search is not here: shrinking a GGUF block's range, scored by the same
 // output error or by the block's X^T X, lowered that error and raised the model's KL
 // divergence on Qwen2.5-Coder 0.5B Q4_0.)
