@@ -189,7 +189,7 @@ void quantize(const QuantizeCliOptions& opt) {
       a.grid = opt.awq_grid;
       awq = quant::awq_model(*model, model->file(), o.target, set, a, progress);
       o.overrides = &awq.tensors;
-      if (a.weighted_fit)
+      if (a.weighted_fit && opt.method == "awq")  // awq-gptq: GPTQ quantizes (below)
         o.quantizer = [&](const std::string& name, DType type, const float* rows, int64_t n_rows, int64_t n_cols,
                           uint8_t* out) {
           const auto it = awq.importance.find(name);
