@@ -40,12 +40,26 @@ inline void configure_tiles(std::initializer_list<std::pair<int, int>> shapes) {
 }  // namespace
 }  // namespace ridge::kernels
 
+// Tile loads and stores of contiguous bytes, as GCC's _tile_loadd/_tile_stored but naming
+// the bytes they read or write instead of clobbering all memory: with the clobber, every
+// accumulator the GEMM keeps in registers went through the stack around each tile
+// instruction. T is a literal tile number (pasted into the asm); a store writes 16 rows
+// of 64 bytes.
+#define RIDGE_TILE_LOAD(T, ptr, row_bytes, bytes)                    \
+  __asm__ volatile("tileloadd (%1,%2,1), %%tmm" #T                 \
+                   :                                               \
+                   : "m"(*reinterpret_cast<const uint8_t(*)[bytes]>(ptr)), "r"(ptr), "r"(long{row_bytes}))
+#define RIDGE_TILE_STORE(T, ptr)                                     \
+  __asm__ volatile("tilestored %%tmm" #T ", (%1,%2,1)"             \
+                   : "=m"(*reinterpret_cast<uint8_t(*)[16 * 64]>(ptr)) \
+                   : "r"(ptr), "r"(64L))
+
 // Strided tile loads and stores whose rows are `stride` bytes apart, for kernels that keep
 // no vector registers live across their tile loops: they clobber all memory (the rows'
 // extent is known only at run time), which orders them after the vector stores that
 // filled the operands and before the loads that read the results. The GEMM, whose
-// accumulators stay in registers around its tile instructions, uses gemm_amx_tiles.h's
-// RIDGE_TILE_LOAD/STORE with exact memory operands instead.
+// accumulators stay in registers around its tile instructions, uses RIDGE_TILE_LOAD/STORE
+// above, with exact memory operands, instead.
 #define RIDGE_TILE_LOAD_STRIDED(T, ptr, stride) \
   __asm__ volatile("tileloadd (%0,%1,1), %%tmm" #T : : "r"(ptr), "r"(static_cast<long>(stride)) : "memory")
 #define RIDGE_TILE_STORE_STRIDED(T, ptr, stride) \

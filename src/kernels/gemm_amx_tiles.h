@@ -34,18 +34,7 @@ constexpr int kAmxTokens = 16;  // tokens per A tile (its rows)
 // (one thread): Q8_0 and Q5_0 1.3-1.5x, Q6_K 1.1x, Q4_K 0.9-1.0x; at 32, Q4_K 1.4x.
 constexpr int64_t kAmxMinTokensQ8 = 16, kAmxMinTokensK = 32;
 
-// Tile loads and stores of contiguous bytes, as GCC's _tile_loadd/_tile_stored but
-// naming the bytes they read or write instead of clobbering all memory: with the
-// clobber, every accumulator the kernel keeps in registers went through the stack
-// around each tile instruction. T is a literal tile number (pasted into the asm).
-#define RIDGE_TILE_LOAD(T, ptr, row_bytes, bytes)                                        \
-  __asm__ volatile("tileloadd (%1,%2,1), %%tmm" #T                                     \
-                   :                                                                   \
-                   : "m"(*reinterpret_cast<const uint8_t(*)[bytes]>(ptr)), "r"(ptr), "r"(long{row_bytes}))
-#define RIDGE_TILE_STORE(T, ptr)                                                         \
-  __asm__ volatile("tilestored %%tmm" #T ", (%1,%2,1)"                                 \
-                   : "=m"(*reinterpret_cast<uint8_t(*)[kAmxTokens * 64]>(ptr))         \
-                   : "r"(ptr), "r"(64L))
+// RIDGE_TILE_LOAD and RIDGE_TILE_STORE (exact memory operands): amx_tiles.h.
 
 // Tokens t0.. of `a` as a call of their own: the batch remainder the tiles leave.
 inline GemmArgs tokens_from(const GemmArgs& a, int64_t t0) {
