@@ -1,5 +1,5 @@
 // The parts of one step of the AMX-INT8 GEMM for 32-element blocks (Q8_0, Q4_0, Q5_0;
-// gemm_amx_tiles.h), timed alone and together: what a 16-token x 16-row x 32-element block
+// kernels/gemm/amx_panels.cpp), timed alone and together: what a 16-token x 16-row x 32-element block
 // costs, and whether the tile unit's work hides behind the vector unit's or adds to it.
 //
 //   tiles      per block: tile A (16 tokens x 32 bytes) and B (16 rows x 32 bytes) loaded,
@@ -15,8 +15,8 @@
 // of one call of the kernel at n_in = 2048 (76 KiB: from L2, as there). time/block is the
 // time per 16 x 16 x 32 step ("11.2n": 11.2 ns). Where the units overlapped, `kernel`
 // would take the longer of `tiles` and `combine`, and `products_and_combine` the longer
-// of its two parts; docs/benchmarks.md ("What bounds the AMX ratios on this core") has
-// the figures of an Intel Xeon with AMX.
+// of its two parts; docs/notes/amx-int8.md ("What bounds the AMX ratios on this core")
+// has the figures of an Intel Xeon with AMX.
 //
 //   build-*/bench/amx_parts_benchmark
 #include <benchmark/benchmark.h>
@@ -28,7 +28,7 @@
 #include <random>
 
 #include "kernels/amx_tiles.h"
-#include "kernels/gemm_amx.h"
+#include "kernels/gemm/amx.h"
 
 #pragma GCC target("avx2,fma,avx512f,avx512bw,avx512vl,avx512dq,amx-tile,amx-int8")
 // GCC 12 warns that the intrinsics' _mm512_undefined_*() pass-throughs are uninitialized.

@@ -24,10 +24,10 @@
 #include "core/fp16.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
-#include "kernels/attention.h"
-#include "kernels/matmul.h"
-#include "kernels/ops_avx2.h"
-#include "kernels/ops_avx512.h"
+#include "kernels/attention/attention.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/ops/ops_avx2.h"
+#include "kernels/ops/ops_avx512.h"
 
 namespace ridge::kernels {
 namespace {

@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "core/error.h"
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 
 namespace ridge::cli {
 

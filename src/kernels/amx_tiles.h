@@ -1,6 +1,6 @@
 // The AMX tile configuration and the tile instructions as inline asm, shared by the
-// AMX-INT8 GEMM (gemm_amx_tiles.h) and the AMX-BF16 attention step
-// (attention_tile_amx.cpp). GCC 12 pitfalls this avoids: _tile_loadconfig drops the stores
+// AMX-INT8 GEMM (gemm/amx_panels.cpp) and the AMX-BF16 attention step
+// (attention/tile_amx.cpp). GCC 12 pitfalls this avoids: _tile_loadconfig drops the stores
 // that fill the config (ldtilecfg below names the whole struct as its operand), and the
 // tile numbers must be literals (pasted into the asm). Tile registers hold no state
 // between calls: each kernel call loads its own configuration, since a pool thread may

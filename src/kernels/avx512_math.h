@@ -1,5 +1,5 @@
-// AVX-512F helpers shared by the attention steps (attention_tile_avx512.cpp,
-// attention_tile_amx.cpp): a 16 x 16 transpose and exp512, avx2_math.h's exp256 on 16
+// AVX-512F helpers shared by the attention steps (attention/tile_avx512.cpp,
+// attention/tile_amx.cpp): a 16 x 16 transpose and exp512, avx2_math.h's exp256 on 16
 // lanes. Include after the including file's target pragma (at least avx512f); the
 // functions have internal linkage, so each file gets the code of its own target.
 #pragma once

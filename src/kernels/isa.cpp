@@ -4,7 +4,6 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "kernels/gemm_amx.h"
 
 namespace ridge::kernels {
 

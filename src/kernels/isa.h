@@ -21,6 +21,7 @@
 #pragma once
 
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace ridge::kernels {
@@ -50,6 +51,16 @@ Isa isa_from_env_value(const char* value);
 
 // Throws ridge::Error naming `what`, the ISA and the CPU's best ISA unless cpu_supports(isa).
 void require_isa(Isa isa, std::string_view what);
+
+// True when the CPU has AMX-TILE and AMX-INT8, the OS enables tile state (XCR0), and
+// the process was granted the tile data permission (arch_prctl ARCH_REQ_XCOMP_PERM,
+// requested once, on the first call). The AVX-512 VNNI kernels must be usable too.
+// (amx_state.cpp)
+bool amx_usable();
+
+// "AMX-INT8 usable", or the reason it is not ("no amx_int8 in this CPU", "the kernel
+// refused the tile data permission: ...").
+const std::string& amx_status();
 
 // The ISA families a kernel may take from (an Isa that has them runs their code).
 inline bool isa_has_avx2(Isa isa) { return isa != Isa::kScalar; }

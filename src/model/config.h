@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/rope.h"
+#include "kernels/ops/ops.h"
 
 namespace ridge::gguf {
 class File;

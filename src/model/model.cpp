@@ -8,10 +8,8 @@
 
 #include "core/error.h"
 #include "core/quant.h"
-#include "kernels/attention.h"
-#include "kernels/hadamard.h"
-#include "kernels/ops.h"
-#include "kernels/rope.h"
+#include "kernels/attention/attention.h"
+#include "kernels/ops/ops.h"
 
 namespace ridge {
 

@@ -24,7 +24,7 @@
 #include "core/communicator.h"
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/scratch.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"
@@ -72,7 +72,7 @@ class ForwardObserver {
 // converted from the file's values when the model loads, as bitsandbytes quantizes a
 // 16-bit checkpoint as it loads it, into memory the model owns (the file's pages of those
 // matrices are let go). The token embedding and the output matrix stay as stored, as
-// bitsandbytes keeps them in 16 bits. kInt8's outlier columns: kernels::matmul.h.
+// bitsandbytes keeps them in 16 bits. kInt8's outlier columns: kernels/gemm/gemm.h.
 enum class WeightFormat { kAsStored, kNf4, kInt8 };
 // "as-stored", "nf4" or "int8"; throws ridge::Error listing them for anything else.
 WeightFormat parse_weight_format(std::string_view name);

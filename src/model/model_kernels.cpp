@@ -4,9 +4,7 @@
 
 #include "core/cpu_features.h"
 #include "core/error.h"
-#include "kernels/gemm_amx.h"
-#include "kernels/isa.h"
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -26,16 +24,9 @@ void for_each_layer_matrix(const ModelWeights& weights, const ModelConfig& confi
   }
 }
 
-// Whether matmul runs a type's rows as an integer GEMM with 8-bit activations.
-bool runs_int8(DType type) {
-  if (kernels::matmul_mode() == kernels::MatmulMode::kFloat) return false;
-  const kernels::GemmKernel* k = kernels::gemm_kernel(type, kernels::best_isa());
-  return k != nullptr && k->act != kernels::ActFormat::kF32;
-}
-
 void add(Model::MatmulMacs& macs, const kernels::WeightMatrix& w, double share) {
   const double n = static_cast<double>(w.n_in) * static_cast<double>(w.n_out) * share;
-  (runs_int8(w.dtype) ? macs.int8 : macs.f32) += n;
+  (kernels::matmul_quantizes_activations(w.dtype, kernels::best_isa()) ? macs.int8 : macs.f32) += n;
 }
 
 }  // namespace

@@ -6,8 +6,8 @@
 #include <cmath>
 #include <cstring>
 
-#include "kernels/matmul.h"
-#include "kernels/ops.h"
+#include "kernels/gemm/gemm.h"
+#include "kernels/ops/ops.h"
 #include "model/model.h"
 
 namespace ridge {

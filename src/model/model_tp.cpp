@@ -9,7 +9,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 
 #include "core/error.h"
 #include "model/model.h"

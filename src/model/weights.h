@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 #include "model/config.h"
 
 namespace ridge {

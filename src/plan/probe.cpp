@@ -12,7 +12,7 @@
 
 #include "core/error.h"
 #include "core/thread_pool.h"
-#include "kernels/gemm_amx.h"
+#include "kernels/gemm/gemm.h"
 #include "plan/units.h"
 
 namespace ridge::plan {

@@ -26,7 +26,7 @@
 
 #include "engine/engine.h"
 #include "engine_test_util.h"
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 
 namespace ridge {
 namespace {

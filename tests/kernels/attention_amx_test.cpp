@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "core/fp16.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "test_util.h"
 
 namespace ridge::kernels {

@@ -14,7 +14,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "test_util.h"
 
 namespace ridge::kernels {

@@ -19,7 +19,7 @@
 #include "core/fp16.h"
 #include "core/quant.h"
 #include "core/thread_pool.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "kernels/scratch.h"
 #include "test_util.h"
 
@@ -239,7 +239,7 @@ TYPED_TEST(KvLoops, Avx2MatchesTheF32LoopsOnDecodedRows) {
   }
 }
 
-// The Q8_0/Q4_0 step's scores (attention.h's definition, whose bits every ISA's step
+// The Q8_0/Q4_0 step's scores (kernels/attention/attention.h's definition, whose bits every ISA's step
 // gives) of n_rep query rows against the case's keys, [n_rep][kStride]: token j of the
 // step sees lane j alone, so the max of its row r is score (r, j).
 template <class Block>

@@ -1,7 +1,7 @@
 // Paged flash attention against the dense full-softmax reference: causal and sliding
 // windows, block boundaries, GQA ratios, prefill chunks continuing a cached prefix,
 // recycled blocks, soft-capping, several sequences per call, and rejected bad input.
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 
 #include <gtest/gtest.h>
 

@@ -16,7 +16,7 @@
 
 #include "core/fp16.h"
 #include "core/quant.h"
-#include "kernels/attention.h"
+#include "kernels/attention/attention.h"
 #include "test_util.h"
 
 namespace ridge::kernels {

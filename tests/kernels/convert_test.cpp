@@ -1,6 +1,6 @@
 // The F16C row conversion agrees with the bit-exact scalar fp16_to_fp32 on every
 // non-NaN half, at every tail length.
-#include "kernels/convert.h"
+#include "kernels/ops/convert.h"
 
 #include <gtest/gtest.h>
 

@@ -1,6 +1,6 @@
 // The AVX2 dot product and the scalar reference agree with a double sum for every
 // length class (vector body, 8-wide tail, scalar tail) and any alignment.
-#include "kernels/dot.h"
+#include "kernels/ops/dot.h"
 
 #include <gtest/gtest.h>
 

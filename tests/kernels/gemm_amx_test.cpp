@@ -2,7 +2,7 @@
 // token counts on both sides of a 16-token tile and with remainders, row counts that do
 // not fill a panel, random and extreme blocks; and the tile configuration on threads
 // that never ran a tile kernel before. On CPUs without AMX each test says so and skips.
-#include "kernels/gemm_amx.h"
+#include "kernels/gemm/amx.h"
 
 #include <gtest/gtest.h>
 

@@ -14,8 +14,8 @@
 #include "core/error.h"
 #include "core/quant_bnb.h"
 #include "core/thread_pool.h"
-#include "kernels/gemm.h"
-#include "kernels/matmul.h"
+#include "kernels/gemm/table.h"
+#include "kernels/gemm/gemm.h"
 #include "test_util.h"
 
 namespace ridge::kernels {

@@ -5,7 +5,7 @@
 // of scales, nibbles and high bits) and on the largest magnitudes, with odd numbers of
 // rows and tokens: bit for bit where the kernels promise it. ISAs this CPU lacks are
 // reported as skipped.
-#include "kernels/gemm.h"
+#include "kernels/gemm/table.h"
 
 #include <gtest/gtest.h>
 
@@ -141,7 +141,7 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, GemmByType, ::testing::ValuesIn(kCases),
                          [](const auto& info) { return std::string(dtype_name(info.param.type)); });
 
 
-// Where a table entry's kernel promises the scalar reference's bits (gemm.h): the same
+// Where a table entry's kernel promises the scalar reference's bits (kernels/gemm/table.h): the same
 // integer block dots and the same fma per block in block order. The AVX-512 VNNI builds,
 // the runtime formats' builds on every ISA, and the AMX entries (issue 15 asks the same
 // of them). The AVX-VNNI builds promise the AVX2 builds' bits instead; the other AVX2

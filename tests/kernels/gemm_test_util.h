@@ -12,7 +12,7 @@
 #include "core/dtype.h"
 #include "core/fp16.h"
 #include "core/quant_blocks.h"
-#include "kernels/gemm.h"
+#include "kernels/gemm/table.h"
 #include "test_util.h"
 
 namespace ridge::kernels::testing {

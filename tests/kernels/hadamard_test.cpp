@@ -1,4 +1,4 @@
-#include "kernels/hadamard.h"
+#include "kernels/ops/hadamard.h"
 
 #include <gtest/gtest.h>
 

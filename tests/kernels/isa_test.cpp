@@ -43,8 +43,11 @@ TEST(Isa, SupportFollowsTheFeatures) {
 }
 
 TEST(Isa, RidgeIsaPicksAnySupportedIsa) {
-  for (Isa isa : kAllIsas)
-    if (cpu_supports(isa)) EXPECT_EQ(isa_from_env_value(isa_name(isa)), isa);
+  for (Isa isa : kAllIsas) {
+    if (cpu_supports(isa)) {
+      EXPECT_EQ(isa_from_env_value(isa_name(isa)), isa);
+    }
+  }
 }
 
 // An unknown name: an error naming the value, the choices and the CPU's best.

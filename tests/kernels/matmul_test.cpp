@@ -2,7 +2,7 @@
 // type the engine meets in real GGUF files, with a tolerance that accounts for the 8-bit
 // rounding of the activations; plus the batching guarantees the engine relies on: a
 // token's output does not depend on the batch, the thread count or the tile it lands in.
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/ops.h"
+#include "kernels/gemm/table.h"
+#include "kernels/ops/ops.h"
 #include "test_util.h"
 
 namespace ridge::kernels {

@@ -1,5 +1,5 @@
 // Row and elementwise kernels against their double references on odd sizes.
-#include "kernels/ops.h"
+#include "kernels/ops/ops.h"
 
 #include <gtest/gtest.h>
 
@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "kernels/isa.h"
-#include "kernels/ops_avx2.h"
-#include "kernels/ops_avx512.h"
-#include "kernels/ops_reference.h"
+#include "kernels/ops/ops_avx2.h"
+#include "kernels/ops/ops_avx512.h"
+#include "kernels/ops/ops_reference.h"
 #include "test_util.h"
 
 namespace ridge::kernels {
@@ -63,7 +63,7 @@ TEST(Ops, ActivationsMatchReference) {
   EXPECT_NEAR(gelu_reference(1.0), 0.8411919906, 1e-9);
 }
 
-// Each SIMD width the CPU has, called directly (ops.h dispatches to the widest only):
+// Each SIMD width the CPU has, called directly (kernels/ops/ops.h dispatches to the widest only):
 // within tolerance of the double reference, and the AVX-512 kernels bit-identical to the
 // AVX2 ones, so a forced lower ISA gives the same activations. Lengths cover whole
 // vectors of both widths and tails of every size class.

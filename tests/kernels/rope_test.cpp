@@ -1,6 +1,6 @@
 // RoPE in both layouts against the direct formula in double, partial rotary dims,
 // linear scaling, YaRN, and identity at position 0.
-#include "kernels/rope.h"
+#include "kernels/ops/rope.h"
 
 #include <gtest/gtest.h>
 

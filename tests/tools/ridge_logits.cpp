@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "kernels/matmul.h"
+#include "kernels/gemm/gemm.h"
 #include "model/model.h"
 
 namespace {
