@@ -252,20 +252,9 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     throw Error(str_cat("forward: ", b.n_hidden_rows(), " hidden rows asked for and no sink for them"));
   if (comm_ != nullptr && observer_ != nullptr)
     throw Error("forward: calibration observers are not supported under tensor parallelism");
-  const ModelConfig& c = config_;
-  const int32_t n = b.n_tokens();
-
   if (comm_ != nullptr) send_tp_step(b, cache, sink.max_rows);
   load_step_tables(b, cache);
-  embed(b, x_.data());
-  prepare_rope(b);
-
-  bool stopped = false;
-  for (int il = 0; il < c.n_layer && !stopped; ++il) {
-    attention_layer(il, b, cache, n);
-    mlp_layer(il, n);
-    stopped = observer_ != nullptr && !observer_->continue_after_layer(il);
-  }
+  const bool stopped = !run_layers(b, cache);
   for (const BatchSequence& s : b.sequences) {
     cache.commit(s.seq, s.n_tokens);
     cache.recycle_window(s.seq, s.n_tentative);
@@ -280,8 +269,26 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     sink.on_hidden(n_hidden, h_.data());
   }
 
+  output_logits(b, sink);
+}
+
+bool Model::run_layers(const Batch& b, KvCache& cache) {
+  const int32_t n = b.n_tokens();
+  embed(b, x_.data());
+  prepare_rope(b);
+  for (int il = 0; il < config_.n_layer; ++il) {
+    attention_layer(il, b, cache, n);
+    mlp_layer(il, n);
+    if (observer_ != nullptr && !observer_->continue_after_layer(il)) return false;
+  }
+  return true;
+}
+
+void Model::output_logits(const Batch& b, const LogitSink& sink) {
   // Final norm and output projection for the rows that need logits only, a slice of the
-  // sink's rows at a time.
+  // sink's rows at a time. Under tensor parallelism every rank computes its rows of the
+  // vocabulary and rank 0 gathers them: the other ranks' sinks are their own buffers.
+  const ModelConfig& c = config_;
   const int32_t n_out = b.n_logit_rows();
   if (n_out == 0) return;
   output_norm_rows(b.logit_rows, final_.data());
@@ -290,6 +297,7 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
     kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
                     scratch_);
     if (comm_ != nullptr) gather_logits(sink.buffer, n);
+    if (is_tp_worker()) continue;
     if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
     if (sink.on_rows) sink.on_rows(first, n, sink.buffer);
   }
@@ -340,10 +348,12 @@ void Model::load_step_tables(const Batch& b, const KvCache& cache) {
 }
 
 void Model::gather_logits(float* logits, int32_t n) {
-  // This rank's columns came out as [n][its width] at the front: spread them to their
-  // rows (last row first: a row's destination never overlaps a row not yet moved), then
-  // the other ranks' columns arrive in place.
+  // The other ranks send their columns ([n][their width]) to rank 0.
   const int64_t width = shard_.n_vocab, n_vocab = config_.n_vocab;
+  if (is_tp_worker()) return comm_->gather_columns(nullptr, n, n_vocab, logits, tp_vocab_first_.data());
+  // On rank 0 its own columns came out as [n][its width] at the front: spread them to
+  // their rows (last row first: a row's destination never overlaps a row not yet moved),
+  // then the other ranks' columns arrive in place.
   for (int64_t t = n - 1; t > 0; --t)
     std::memmove(logits + t * n_vocab, logits + t * width, sizeof(float) * static_cast<size_t>(width));
   comm_->gather_columns(logits, n, n_vocab, nullptr, tp_vocab_first_.data());

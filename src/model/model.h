@@ -190,13 +190,18 @@ class Model {
   void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp
   void route_tokens(int il, int32_t n_tokens);
   void load_step_tables(const Batch& batch, const KvCache& cache);
-  void run_layers(const Batch& batch, KvCache& cache);
+  // Embeds the batch and runs every layer over it (K/V written, not committed); false when
+  // the observer stopped the pass after a layer.
+  bool run_layers(const Batch& batch, KvCache& cache);
+  // The logits of batch.logit_rows into the sink, sink.max_rows at a time (the other
+  // tensor-parallel ranks: their columns, sent to rank 0).
+  void output_logits(const Batch& batch, const LogitSink& sink);
   void all_reduce(float* x, int64_t n);
   // The residual stream's rows (x_) through the output norm, into out [rows.size()][n_embd]:
   // what the output projection (and the embeddings' sink) reads, on every rank.
   void output_norm_rows(std::span<const int32_t> rows, float* out);
-  void gather_logits(float* logits, int32_t n);  // rank 0: [n][n_vocab], its columns first
-  void tp_worker_logits(const Batch& batch, int32_t max_rows);
+  // Rank 0: [n][n_vocab], its columns first, the others' gathered; the others: theirs sent.
+  void gather_logits(float* logits, int32_t n);
   // Tensor parallelism (model_tp.cpp): rank 0 announces a new cache, then sends each step.
   void send_tp_step(const Batch& batch, const KvCache& cache, int32_t max_rows);
   float* rope_table(int index) {

@@ -85,22 +85,6 @@ void Model::send_tp_step(const Batch& b, const KvCache& cache, int32_t max_rows)
   comm_->broadcast(tp_ints_.data(), tp_ints_.size() * sizeof(int32_t));
 }
 
-// This rank's columns of the logits, in rank 0's slices of max_rows rows, sent to rank 0.
-void Model::tp_worker_logits(const Batch& b, int32_t max_rows) {
-  const ModelConfig& c = config_;
-  const int32_t n_out = b.n_logit_rows();
-  if (n_out == 0) return;
-  output_norm_rows(b.logit_rows, final_.data());
-  const size_t need = static_cast<size_t>(std::min(max_rows, n_out)) * static_cast<size_t>(shard_.n_vocab);
-  if (tp_logits_.size() < need) tp_logits_.resize(need);  // grows to the largest slice, once
-  for (int32_t first = 0; first < n_out; first += max_rows) {
-    const int32_t n = std::min(max_rows, n_out - first);
-    kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, tp_logits_.data(), n,
-                    pool_, scratch_);
-    comm_->gather_columns(nullptr, n, c.n_vocab, tp_logits_.data(), tp_vocab_first_.data());
-  }
-}
-
 void Model::run_tp_worker() {
   if (!is_tp_worker()) throw Error("run_tp_worker: this model is not a tensor-parallel rank other than 0");
   try {
@@ -149,13 +133,11 @@ void Model::run_tp_worker() {
       }
       const int32_t n_logit_rows = v[0], max_rows = v[1];
       b.logit_rows.assign(v + 2, v + 2 + n_logit_rows);
-      embed(b, x_.data());
-      prepare_rope(b);
-      for (int il = 0; il < config_.n_layer; ++il) {
-        attention_layer(il, b, cache, n);
-        mlp_layer(il, n);
-      }
-      tp_worker_logits(b, max_rows);
+      run_layers(b, cache);
+      // This rank's columns of the logits, in rank 0's slices of max_rows rows.
+      const size_t need = static_cast<size_t>(std::min(max_rows, n_logit_rows)) * static_cast<size_t>(shard_.n_vocab);
+      if (tp_logits_.size() < need) tp_logits_.resize(need);  // grows to the largest slice, once
+      output_logits(b, LogitSink{tp_logits_.data(), max_rows, nullptr, nullptr});
     }
   } catch (const std::exception& e) {
     comm_->abort(e.what());
