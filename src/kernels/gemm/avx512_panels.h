@@ -264,7 +264,7 @@ struct U8Q5_1 {
 };
 
 // The f16 scale at byte offset `off` of 8 rows, as floats.
-inline __m256 f16_rows8(const uint8_t* const* w, size_t off) {
+[[gnu::always_inline]] inline __m256 f16_rows8(const uint8_t* const* w, size_t off) {
   return _mm256_cvtph_ps(_mm_setr_epi16(
       static_cast<short>(f16_bits(w[0] + off)), static_cast<short>(f16_bits(w[1] + off)),
       static_cast<short>(f16_bits(w[2] + off)), static_cast<short>(f16_bits(w[3] + off)),
@@ -334,7 +334,7 @@ struct Q8Family {
   // nibbles are unpacked for 16 rows per instruction and no lane sums are needed. The load runs on to the next
   // block's scale (and min), which come out of the same transpose for the next step.
   template <int T>
-  static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+  [[gnu::noinline]] static void rows16(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     const int64_t nb = a.n_in / 32;
     const uint8_t* w[kPanelRows];
     for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
@@ -395,9 +395,11 @@ struct Q8Family {
   }
 
   // Row-major tile: rows r0..r0+rows-1 (rows <= 8; missing rows repeat the last and
-  // are not stored) against T tokens.
+  // are not stored) against T tokens. Not inlined (nor is rows16): inlined into gemm(),
+  // as GCC did once avx512.cpp held gemm()'s only caller, Q8_0 decode from L2 ran 14%
+  // slower (GemvL2/q8_0 15.9 against 13.7 us, Zen 4).
   template <int T>
-  static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
+  [[gnu::noinline]] static void rows8(const GemmArgs& a, int64_t r0, int rows, int64_t t0) {
     static_assert(!U8::kMin, "rows8 has no min term");
     const int64_t nb = a.n_in / 32;
     const uint8_t* w[kDecodeRows];
@@ -477,7 +479,7 @@ inline void tile_tokens(const GemmArgs& a, int64_t r0, int rows, int64_t t0, int
 // Packs rows r0..r0+rows-1 (rows <= 16; missing rows repeat the last) into a panel,
 // block by block, prefetching the next 16 rows (see prefetch_ahead).
 template <class K>
-void pack_panel(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
+[[gnu::noinline]] void pack_panel(const GemmArgs& a, int64_t r0, int rows, uint8_t* panel) {
   const int64_t nb = a.n_in / static_cast<int64_t>(K::kBlockElements);
   const uint8_t* w[kPanelRows];
   for (int r = 0; r < kPanelRows; ++r) w[r] = a.w + (r0 + std::min(r, rows - 1)) * a.w_stride;
