@@ -15,8 +15,8 @@
 // of one call of the kernel at n_in = 2048 (76 KiB: from L2, as there). time/block is the
 // time per 16 x 16 x 32 step ("11.2n": 11.2 ns). Where the units overlapped, `kernel`
 // would take the longer of `tiles` and `combine`, and `products_and_combine` the longer
-// of its two parts; docs/benchmarks.md ("What bounds the AMX ratios on this core") has
-// the figures of an Intel Xeon with AMX.
+// of its two parts; docs/notes/amx-int8.md ("What bounds the AMX ratios on this core")
+// has the figures of an Intel Xeon with AMX.
 //
 //   build-*/bench/amx_parts_benchmark
 #include <benchmark/benchmark.h>

@@ -3,7 +3,7 @@
 // anonymous namespace, target pragmas and tile macros, after the panel kernels, whose
 // activation tile layout they read and which hand them a single tile
 // (gemm_amx_q8/gemm_amx_k). Design: the comment on gemm_amx_k4_rows below, and
-// docs/benchmarks.md ("AMX-INT8: batched decode, the weight rows as tile A").
+// docs/notes/amx-int8.md ("AMX-INT8: batched decode, the weight rows as tile A").
 #pragma once
 
 // ---- Q4_K and Q5_K for one token tile: the weight rows as tile A -------------------

@@ -190,7 +190,7 @@ uint8_t* panel_buffer(size_t bytes) { return thread_buffer<0>(bytes, "weight pan
 // rows of Qwen2.5 1.5B's ffn_down, 8960 inputs, are 59 KiB of Q6_K): fetched into L1 they
 // evict the current tile's lines before those are read, and on Zen 4 such matrices
 // streamed at half the rate of the AVX2 kernels, which read one row at a time. Those
-// tiles are fetched into L2 and read from there (docs/benchmarks.md, "Zen 4").
+// tiles are fetched into L2 and read from there (docs/notes/zen4.md).
 constexpr size_t kL1PrefetchTileBytes = 16 * 1024;
 
 template <int kRows = kDecodeRows>
@@ -221,8 +221,8 @@ constexpr size_t step_lines(size_t block_bytes) {
 // well: one tile ahead is too close to keep memory busy. On the Intel Xeon (family 6
 // model 167) decode read weights at 69-73% of the read bandwidth with the next tile
 // alone and at 88-92% with both (qwen2.5-coder-1.5b tg64 18.3-18.7 -> 23.3-23.5 t/s;
-// docs/benchmarks.md, "Decode: the tile after next into L2"); three or four tiles ahead
-// read the same.
+// docs/notes/kernels.md, "Decode: the tile after next into L2"); three or four tiles
+// ahead read the same.
 template <int kRows = kDecodeRows>
 inline void prefetch_next_tile(const GemmArgs& a, int64_t r0, int64_t b, size_t block_bytes, bool into_l1) {
   const size_t lines = step_lines<kRows>(block_bytes);

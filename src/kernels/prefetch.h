@@ -1,8 +1,8 @@
 // Software prefetches the compiler cannot drop. _mm_prefetch is a builtin without side
 // effects as far as GCC's dead-code elimination goes: a loop whose body is only
 // prefetches may be deleted whole when it is not unrolled (-ffinite-loops), and it was,
-// silently, in the AVX-512 kernels for 4-16 tokens (docs/benchmarks.md, "Batched decode:
-// prefetches the compiler had dropped"). A volatile asm stays where it is written.
+// silently, in the AVX-512 kernels for 4-16 tokens (docs/notes/kernels.md, "Batched
+// decode: prefetches the compiler had dropped"). A volatile asm stays where it is written.
 #pragma once
 
 #include <cstddef>
