@@ -1,7 +1,8 @@
 // The AMX-INT8 kernels for one token tile (16-31 tokens: batched decode), declared in
 // amx_layout.h, whose activation tile layout they read; the panel kernels
-// (amx_panels.cpp: gemm_amx_q8, gemm_amx_k) hand them a single tile. Design: the comment on gemm_amx_k4_rows below, and
-// docs/notes/amx-int8.md ("AMX-INT8: batched decode, the weight rows as tile A").
+// (amx_panels.cpp: gemm_amx_q8, gemm_amx_k) hand them a single tile. Design: the
+// comment on gemm_amx_k4_rows below, and docs/notes/amx-int8.md ("AMX-INT8: batched
+// decode, the weight rows as tile A").
 #include <immintrin.h>
 
 #include <algorithm>
