@@ -56,7 +56,11 @@ const char* pooling_name(Pooling pooling) {
 }
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> names = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const FamilyTraits& f : families()) n.emplace_back(f.arch);
+    return n;
+  }();
   return names;
 }
 

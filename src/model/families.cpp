@@ -19,8 +19,8 @@ constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
 
 }  // namespace
 
-const FamilyTraits* find_family(std::string_view arch) {
-  static const std::array<FamilyTraits, 9> families = {{
+std::span<const FamilyTraits> families() {
+  static const std::array<FamilyTraits, 9> table = {{
       {"llama", configure_llama, kLlamaReads},
       {"mistral", configure_llama, kLlamaReads},
       {"qwen2", configure_qwen2},
@@ -31,7 +31,11 @@ const FamilyTraits* find_family(std::string_view arch) {
       {"gemma2", configure_gemma2, kGemmaReads},
       {"gemma3", configure_gemma3, kGemmaReads},
   }};
-  for (const FamilyTraits& f : families)
+  return table;
+}
+
+const FamilyTraits* find_family(std::string_view arch) {
+  for (const FamilyTraits& f : families())
     if (f.arch == arch) return &f;
   return nullptr;
 }

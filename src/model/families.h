@@ -20,6 +20,9 @@ struct FamilyTraits {
   std::span<const std::string_view> reads = {};
 };
 
+// Every family ridge runs, in one table: find_family and the list of supported
+// architectures (ModelConfig::supported_architectures, the unknown-architecture error) read it.
+std::span<const FamilyTraits> families();
 const FamilyTraits* find_family(std::string_view arch);
 
 void configure_llama(const gguf::File& file, ModelConfig& config);

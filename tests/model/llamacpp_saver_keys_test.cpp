@@ -1,6 +1,7 @@
 // Files llama.cpp writes itself: Phi-3 with separate q/k/v tensors (its model saver) must
-// give the logits of the fused attn_qkv tensor. Small random-weight models in the
-// converter's layout, written here with ridge's own writer.
+// give the logits of the fused attn_qkv tensor, and an unknown architecture's error must name
+// every family ridge runs. Small random-weight models in the converter's layout, written here
+// with ridge's own writer.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -16,6 +17,7 @@
 #include "core/error.h"
 #include "gguf/writer.h"
 #include "model/config.h"
+#include "model/families.h"
 #include "model/model.h"
 
 namespace ridge {
@@ -160,6 +162,18 @@ std::vector<float> logits_of(const std::string& path) {
   return logits;
 }
 
+std::vector<float> logits_of(const std::string& arch, const std::string& name, const Extra& extra = {}) {
+  return logits_of(write_model(name, arch, family_tensors(arch), extra));
+}
+
+std::string load_error(const std::string& arch, const std::string& name, const Extra& extra) {
+  try {
+    logits_of(arch, name, extra);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
 
 // llama.cpp loads Phi-3's attention from attn_qkv or from attn_q/k/v; the same rows give
 // the same logits.
@@ -183,6 +197,18 @@ TEST(LlamaCppSaverKeys, Phi3SeparateQkvComputesAsFused) {
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("blk.0.attn_q"), std::string::npos) << e.what();
   }
+}
+
+// The message is built from the families table, so it names every family ridge runs.
+TEST(LlamaCppSaverKeys, UnknownArchitectureNamesEveryFamily) {
+  const std::string error = load_error("qwen35", "unknown", {});
+  EXPECT_NE(error.find("architecture 'qwen35' is not supported"), std::string::npos) << error;
+  ASSERT_EQ(families().size(), 9u);
+  for (const FamilyTraits& f : families())
+    EXPECT_NE(error.find(std::string(f.arch)), std::string::npos) << f.arch << " missing from: " << error;
+  for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "olmoe", "phi3", "gemma2", "gemma3"})
+    EXPECT_NE(error.find(arch), std::string::npos) << arch << " missing from: " << error;
+  EXPECT_EQ(ModelConfig::supported_architectures().size(), families().size());
 }
 
 }  // namespace
