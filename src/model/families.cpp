@@ -51,10 +51,13 @@ int32_t sliding_window(const gguf::File& f, const std::string& arch, bool requir
 
 void configure_experts(const gguf::File& f, ModelConfig& c, bool norm) {
   const std::string p = c.arch + ".";
-  if (!f.has(p + "expert_count")) return;
+  if (!computation_key_set(f, c.arch, "expert_count")) return;  // absent or 0: a dense model
   c.n_expert = static_cast<int32_t>(f.get_u64(p + "expert_count"));
   c.n_expert_used = static_cast<int32_t>(f.get_u64(p + "expert_used_count"));
-  const std::string width = f.has(p + "expert_feed_forward_length") ? "expert_feed_forward_length" : "feed_forward_length";
+  // llama.cpp's saver writes expert_feed_forward_length 0 where the family takes the width
+  // from feed_forward_length (Mixtral as llama): 0 is absent here too.
+  const std::string width =
+      f.get_u64(p + "expert_feed_forward_length", 0) > 0 ? "expert_feed_forward_length" : "feed_forward_length";
   c.n_ff_expert = static_cast<int32_t>(f.get_u64(p + width));
   c.expert_weights_norm = norm;
   if (c.n_expert < 1 || c.n_expert > 256 || c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.n_ff_expert < 1)

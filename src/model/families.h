@@ -25,6 +25,13 @@ struct FamilyTraits {
 std::span<const FamilyTraits> families();
 const FamilyTraits* find_family(std::string_view arch);
 
+// Whether the file sets <arch>.<key>, one of the metadata that changes what a model computes
+// (kComputationKeys in config.cpp), to a value other than its neutral one. llama.cpp's model
+// saver writes every hyper-parameter key, neutral values included (expert_count 0,
+// attention.scale 0, ...), and llama.cpp reads a key at its neutral value as an absent one;
+// so does ridge.
+bool computation_key_set(const gguf::File& file, const std::string& arch, std::string_view key);
+
 void configure_llama(const gguf::File& file, ModelConfig& config);
 void configure_qwen2(const gguf::File& file, ModelConfig& config);
 void configure_qwen3(const gguf::File& file, ModelConfig& config);

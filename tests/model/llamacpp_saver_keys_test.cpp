@@ -1,7 +1,9 @@
-// Files llama.cpp writes itself: Phi-3 with separate q/k/v tensors (its model saver) must
-// give the logits of the fused attn_qkv tensor, and an unknown architecture's error must name
-// every family ridge runs. Small random-weight models in the converter's layout, written here
-// with ridge's own writer.
+// Files llama.cpp writes itself: its model saver writes every hyper-parameter key, neutral
+// values included, and Phi-3 with separate q/k/v tensors. On small random-weight models in
+// the converter's layout (written here with ridge's own writer), each neutral key must give
+// the very logits of the file without it, a non-neutral one must still be used or refused by
+// name, separate q/k/v the logits of the fused tensor, and an unknown architecture's error
+// must name every family ridge runs.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -173,6 +175,140 @@ std::string load_error(const std::string& arch, const std::string& name, const E
     return e.what();
   }
   return "(no error)";
+}
+
+struct NeutralCase {
+  std::string arch;
+  std::string name;  // what the file adds, for the failure message and the file name
+  Extra extra;
+};
+
+// Each key at the value llama.cpp's saver writes for a model that does not use it.
+std::vector<NeutralCase> neutral_cases() {
+  return {
+      {"llama", "pooling_i32_minus_1", [](gguf::Writer& w) { w.set_i32("llama.pooling_type", -1); }},
+      {"llama", "pooling_u32_minus_1", [](gguf::Writer& w) { w.set_u32("llama.pooling_type", UINT32_MAX); }},
+      {"llama", "rope_linear_factor_0",
+       [](gguf::Writer& w) {
+         w.set_string("llama.rope.scaling.type", "linear");
+         w.set_f32("llama.rope.scaling.factor", 0.0f);
+       }},
+      {"llama", "rope_yarn_factor_0",
+       [](gguf::Writer& w) {
+         w.set_string("llama.rope.scaling.type", "yarn");
+         w.set_f32("llama.rope.scaling.factor", 0.0f);
+       }},
+      {"llama", "expert_shared_count_0", [](gguf::Writer& w) { w.set_u32("llama.expert_shared_count", 0); }},
+      {"llama", "no_experts",
+       [](gguf::Writer& w) {
+         w.set_u32("llama.expert_count", 0);
+         w.set_u32("llama.expert_used_count", 0);
+         w.set_u32("llama.expert_feed_forward_length", 0);
+       }},
+      // Every computation key as llama.cpp's saver writes it for a dense Llama.
+      {"llama", "saver_keys",
+       [](gguf::Writer& w) {
+         for (const char* key : {"expert_count", "expert_used_count", "expert_shared_count", "expert_gating_func",
+                                 "attention.q_lora_rank", "attention.kv_lora_rank", "attention.sliding_window"})
+           w.set_u32(std::string("llama.") + key, 0);
+         for (const char* key : {"expert_weights_scale", "logit_scale", "attention.scale", "embedding_scale",
+                                 "residual_scale", "rope.scaling.yarn_log_multiplier", "attn_logit_softcapping",
+                                 "final_logit_softcapping"})
+           w.set_f32(std::string("llama.") + key, 0.0f);
+         w.set_bool("llama.expert_weights_norm", false);
+         w.set_f32("llama.rope.scaling.attn_factor", 1.0f);
+         w.set_i32("llama.pooling_type", -1);
+         w.set_string("llama.rope.scaling.type", "linear");
+         w.set_f32("llama.rope.scaling.factor", 0.0f);
+       }},
+      {"llama", "factors_of_1",
+       [](gguf::Writer& w) {
+         for (const char* key : {"expert_weights_scale", "logit_scale", "embedding_scale", "residual_scale"})
+           w.set_f32(std::string("llama.") + key, 1.0f);
+       }},
+      {"qwen3", "qwen3_saver_keys",
+       [](gguf::Writer& w) {
+         w.set_u32("qwen3.attention.sliding_window", 0);
+         w.set_u32("qwen3.expert_count", 0);
+         w.set_u32("qwen3.expert_shared_count", 0);
+         w.set_f32("qwen3.attention.scale", 0.0f);
+       }},
+      {"qwen2", "qwen2_expert_shared_count_0", [](gguf::Writer& w) { w.set_u32("qwen2.expert_shared_count", 0); }},
+      {"phi3", "phi3_saver_keys",
+       [](gguf::Writer& w) {
+         w.set_u32("phi3.expert_shared_count", 0);
+         w.set_i32("phi3.pooling_type", -1);
+       }},
+  };
+}
+
+TEST(LlamaCppSaverKeys, NeutralValuesComputeAsNoKey) {
+  for (const NeutralCase& c : neutral_cases()) {
+    SCOPED_TRACE(c.arch + " " + c.name);
+    const std::vector<float> without = logits_of(c.arch, c.arch + "-plain");
+    try {
+      EXPECT_EQ(logits_of(c.arch, c.name, c.extra), without);
+    } catch (const Error& e) {
+      ADD_FAILURE() << e.what();
+    }
+  }
+}
+
+TEST(LlamaCppSaverKeys, UnspecifiedPoolingIsNoKeyAndTheOthersAreRead) {
+  const auto pooling_of = [](const Extra& extra) {
+    const std::vector<Tensor> tensors = family_tensors("llama");
+    const std::string path = write_model("pooling", "llama", tensors, extra);
+    const RemoveOnExit remove{path};
+    return ModelConfig::from_gguf(gguf::File::open(path)).pooling;
+  };
+  EXPECT_EQ(pooling_of({}), Pooling::kMean);
+  EXPECT_EQ(pooling_of([](gguf::Writer& w) { w.set_i32("llama.pooling_type", -1); }), Pooling::kMean);
+  EXPECT_EQ(pooling_of([](gguf::Writer& w) { w.set_u32("llama.pooling_type", UINT32_MAX); }), Pooling::kMean);
+  EXPECT_EQ(pooling_of([](gguf::Writer& w) { w.set_u32("llama.pooling_type", 0); }), Pooling::kNone);
+  EXPECT_EQ(pooling_of([](gguf::Writer& w) { w.set_u32("llama.pooling_type", 2); }), Pooling::kCls);
+  try {
+    pooling_of([](gguf::Writer& w) { w.set_u32("llama.pooling_type", 7); });
+    ADD_FAILURE() << "pooling_type 7 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("llama.pooling_type 7 is not one of"), std::string::npos) << e.what();
+  }
+}
+
+// A value that changes the computation: used where ridge implements it, else refused with
+// the key's name.
+TEST(LlamaCppSaverKeys, NonNeutralValuesAreUsedOrRefusedByName) {
+  const std::vector<float> plain = logits_of("llama", "llama-plain");
+  const std::vector<float> scaled = logits_of("llama", "rope_linear_4", [](gguf::Writer& w) {
+    w.set_string("llama.rope.scaling.type", "linear");
+    w.set_f32("llama.rope.scaling.factor", 4.0f);
+  });
+  EXPECT_NE(scaled, plain) << "a linear factor of 4 must change the logits past position 0";
+
+  struct Refused {
+    std::string arch, name, phrase;
+    Extra extra;
+  };
+  const std::vector<Refused> refused = {
+      {"llama", "shared_1", "llama.expert_shared_count is set, and ridge's llama model does not implement it",
+       [](gguf::Writer& w) { w.set_u32("llama.expert_shared_count", 1); }},
+      {"llama", "logit_scale_2", "llama.logit_scale is set",
+       [](gguf::Writer& w) { w.set_f32("llama.logit_scale", 2.0f); }},
+      {"llama", "attention_scale", "llama.attention.scale is set",
+       [](gguf::Writer& w) { w.set_f32("llama.attention.scale", 0.125f); }},
+      {"llama", "softcap_50", "llama.attn_logit_softcapping is set",
+       [](gguf::Writer& w) { w.set_f32("llama.attn_logit_softcapping", 50.0f); }},
+      {"qwen3", "window_4", "qwen3.attention.sliding_window is set",
+       [](gguf::Writer& w) { w.set_u32("qwen3.attention.sliding_window", 4); }},
+      {"llama", "rope_negative", "llama.rope.scaling.factor must be > 0",
+       [](gguf::Writer& w) {
+         w.set_string("llama.rope.scaling.type", "linear");
+         w.set_f32("llama.rope.scaling.factor", -2.0f);
+       }},
+  };
+  for (const Refused& r : refused) {
+    const std::string error = load_error(r.arch, r.name, r.extra);
+    EXPECT_NE(error.find(r.phrase), std::string::npos) << r.arch << " " << r.name << ": " << error;
+  }
 }
 
 // llama.cpp loads Phi-3's attention from attn_qkv or from attn_q/k/v; the same rows give
