@@ -1,6 +1,7 @@
 #include "model/families.h"
 
 #include <array>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -13,7 +14,7 @@ namespace {
 
 constexpr std::string_view kLlamaReads[] = {"attention.sliding_window", "expert_count", "expert_used_count"};
 constexpr std::string_view kGemmaReads[] = {"attention.sliding_window", "attn_logit_softcapping",
-                                            "final_logit_softcapping"};
+                                            "final_logit_softcapping", "attention.scale"};
 constexpr std::string_view kPhi3Reads[] = {"attention.sliding_window", "rope.scaling.attn_factor"};
 constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
 
@@ -38,6 +39,16 @@ const FamilyTraits* find_family(std::string_view arch) {
   for (const FamilyTraits& f : families())
     if (f.arch == arch) return &f;
   return nullptr;
+}
+
+void check_implied_value(const gguf::File& f, const std::string& arch, std::string_view key, double implied) {
+  if (!computation_key_set(f, arch, key)) return;
+  const std::string name = str_cat(arch, ".", key);
+  const double value = f.get_f64(name);
+  // The file holds a float32; the family's value is computed in float32 too.
+  if (std::fabs(value - implied) <= 1e-6 * std::fabs(implied)) return;
+  throw Error(str_cat(f.name(), ": ", name, " is ", value, ", and ridge's ", arch, " model computes with ", implied,
+                      " (what the family implies); refusing to run with another value"));
 }
 
 int32_t sliding_window(const gguf::File& f, const std::string& arch, bool required) {

@@ -32,6 +32,11 @@ const FamilyTraits* find_family(std::string_view arch);
 // so does ridge.
 bool computation_key_set(const gguf::File& file, const std::string& arch, std::string_view key);
 
+// A computation key the family fixes rather than reads (Gemma's attention.scale): absent,
+// neutral, or the value the family implies (to float rounding) is accepted; any other value
+// is an Error naming the key, as computing without it would be silently wrong.
+void check_implied_value(const gguf::File& file, const std::string& arch, std::string_view key, double implied);
+
 void configure_llama(const gguf::File& file, ModelConfig& config);
 void configure_qwen2(const gguf::File& file, ModelConfig& config);
 void configure_qwen3(const gguf::File& file, ModelConfig& config);

@@ -12,8 +12,10 @@
 #include <cstdint>
 #include <filesystem>
 #include <functional>
+#include <optional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -239,6 +241,12 @@ std::vector<NeutralCase> neutral_cases() {
          w.set_u32("phi3.expert_shared_count", 0);
          w.set_i32("phi3.pooling_type", -1);
        }},
+      // Gemma: the scale the family implies, d_head^-0.5 at these sizes.
+      {"gemma3", "gemma3_attention_scale",
+       [](gguf::Writer& w) { w.set_f32("gemma3.attention.scale", 1.0f / std::sqrt(static_cast<float>(kDHead))); }},
+      {"gemma2", "gemma2_attention_scale",
+       [](gguf::Writer& w) { w.set_f32("gemma2.attention.scale", 1.0f / std::sqrt(static_cast<float>(kDHead))); }},
+      {"gemma3", "gemma3_attention_scale_0", [](gguf::Writer& w) { w.set_f32("gemma3.attention.scale", 0.0f); }},
   };
 }
 
@@ -299,6 +307,10 @@ TEST(LlamaCppSaverKeys, NonNeutralValuesAreUsedOrRefusedByName) {
        [](gguf::Writer& w) { w.set_f32("llama.attn_logit_softcapping", 50.0f); }},
       {"qwen3", "window_4", "qwen3.attention.sliding_window is set",
        [](gguf::Writer& w) { w.set_u32("qwen3.attention.sliding_window", 4); }},
+      {"gemma3", "scale_half", "gemma3.attention.scale is 0.5, and ridge's gemma3 model computes with 0.353553",
+       [](gguf::Writer& w) { w.set_f32("gemma3.attention.scale", 0.5f); }},
+      {"gemma2", "scale_quarter", "gemma2.attention.scale is 0.25",
+       [](gguf::Writer& w) { w.set_f32("gemma2.attention.scale", 0.25f); }},
       {"llama", "rope_negative", "llama.rope.scaling.factor must be > 0",
        [](gguf::Writer& w) {
          w.set_string("llama.rope.scaling.type", "linear");
@@ -308,6 +320,44 @@ TEST(LlamaCppSaverKeys, NonNeutralValuesAreUsedOrRefusedByName) {
   for (const Refused& r : refused) {
     const std::string error = load_error(r.arch, r.name, r.extra);
     EXPECT_NE(error.find(r.phrase), std::string::npos) << r.arch << " " << r.name << ": " << error;
+  }
+}
+
+// Gemma's 27B sizes scale q.k by (n_embd / n_head)^-0.5 (llama.cpp, after gemma_pytorch's
+// query_pre_attn_scalar), not d_head^-0.5; the saver's attention.scale holds that value.
+TEST(LlamaCppSaverKeys, Gemma27BScaleIsTheOneLlamaCppImplies) {
+  for (const auto& [arch, n_layer] : {std::pair<std::string, int>{"gemma2", 46}, {"gemma3", 62}}) {
+    SCOPED_TRACE(arch);
+    const auto config_of = [&](std::optional<float> scale) {
+      gguf::Writer w;
+      const std::string p = arch + ".";
+      w.set_string("general.architecture", arch);
+      w.set_u32(p + "embedding_length", 64);
+      w.set_u32(p + "block_count", static_cast<uint32_t>(n_layer));
+      w.set_u32(p + "feed_forward_length", 128);
+      w.set_u32(p + "attention.head_count", 2);
+      w.set_u32(p + "attention.key_length", 16);  // d_head 16, n_embd / n_head 32
+      w.set_u32(p + "attention.value_length", 16);
+      w.set_u32(p + "attention.sliding_window", 8);
+      if (scale) w.set_f32(p + "attention.scale", *scale);
+      const std::vector<float> values(64 * 8, 0.5f);
+      const auto bytes = [&](size_t n) {
+        return std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(values.data()), n * sizeof(float));
+      };
+      w.add_tensor("token_embd.weight", DType::F32, {64, 8}, bytes(64 * 8));
+      for (int il = 0; il < n_layer; ++il)
+        w.add_tensor("blk." + std::to_string(il) + ".attn_norm.weight", DType::F32, {64}, bytes(64));
+      const std::vector<uint8_t> file = w.to_bytes();
+      return ModelConfig::from_gguf(gguf::File::parse(file, "g27.gguf"));
+    };
+    EXPECT_FLOAT_EQ(config_of(std::nullopt).attn_scale, 1.0f / std::sqrt(32.0f));
+    EXPECT_FLOAT_EQ(config_of(1.0f / std::sqrt(32.0f)).attn_scale, 1.0f / std::sqrt(32.0f));
+    try {
+      config_of(0.25f);  // d_head^-0.5: the rule of the other sizes
+      ADD_FAILURE() << "the other sizes' scale was accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(arch + ".attention.scale is 0.25"), std::string::npos) << e.what();
+    }
   }
 }
 
