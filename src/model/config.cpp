@@ -155,13 +155,15 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   float rope_base = static_cast<float>(f.get_f64(p + "rope.freq_base", 10000.0));
   float rope_scale = 1.0f;
   LayerConfig global{0, rope_base, 1.0f};
-  std::string scaling = f.get_string(p + "rope.scaling.type", "none");
+  // As llama.cpp reads them: the type defaults to linear; the factor is rope.scaling.factor,
+  // else the older rope.scale_linear; none, or 0 (which llama.cpp's saver writes for an
+  // unscaled model), is no scaling.
+  std::string scaling = f.get_string(p + "rope.scaling.type", "linear");
   if (scaling == "linear" || scaling == "yarn") {
-    // 0, which llama.cpp's saver writes for an unscaled model, is no scaling, as llama.cpp
-    // reads it (and its loader's default type is linear).
-    double factor = f.get_f64(p + "rope.scaling.factor", 0.0);
+    const std::string factor_key = f.has(p + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear";
+    double factor = f.get_f64(p + factor_key, 0.0);
     if (factor == 0) factor = 1;
-    if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, "rope.scaling.factor must be > 0"));
+    if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, factor_key, " must be > 0"));
     rope_scale = static_cast<float>(1.0 / factor);
     global.rope_scale = rope_scale;
   } else if (scaling != "none") {

@@ -291,6 +291,17 @@ TEST(LlamaCppSaverKeys, NonNeutralValuesAreUsedOrRefusedByName) {
     w.set_f32("llama.rope.scaling.factor", 4.0f);
   });
   EXPECT_NE(scaled, plain) << "a linear factor of 4 must change the logits past position 0";
+  // With no type key llama.cpp's loader takes linear, and the older rope.scale_linear when
+  // rope.scaling.factor is absent.
+  EXPECT_EQ(logits_of("llama", "factor_4_no_type", [](gguf::Writer& w) { w.set_f32("llama.rope.scaling.factor", 4.0f); }),
+            scaled);
+  EXPECT_EQ(logits_of("llama", "scale_linear_4", [](gguf::Writer& w) { w.set_f32("llama.rope.scale_linear", 4.0f); }),
+            scaled);
+  EXPECT_EQ(logits_of("llama", "type_none", [](gguf::Writer& w) {
+              w.set_string("llama.rope.scaling.type", "none");
+              w.set_f32("llama.rope.scaling.factor", 4.0f);
+            }),
+            plain);
 
   struct Refused {
     std::string arch, name, phrase;
