@@ -27,10 +27,11 @@ int32_t get_i32(const gguf::File& f, const std::string& key, int32_t fallback) {
 
 // Metadata that changes what a model computes. A family that does not read one of these
 // refuses a file that sets it: running without it would be silently wrong. A key at a
-// neutral value is not set: `neutral` is llama.cpp's default, the value its model saver
-// writes for a model that does not use the key (0 for all of these: no window, no cap, no
-// experts, the family's own scale); `identity` another value that computes what absence
-// does (1 for a factor).
+// neutral value is not set: `neutral` is what absence means (0: no window, no cap, no
+// experts, the family's own scale), which is also llama.cpp's default and so what its model
+// saver writes for a model that does not use the key; `identity` another value that computes
+// the same (1 for a factor). Not the soft caps: llama.cpp's defaults there are 50 and 30,
+// real caps, so a family that does not cap still refuses them.
 struct ComputationKey {
   std::string_view key;
   double neutral = 0;
