@@ -1,8 +1,10 @@
 #include "model/config.h"
 
 #include <algorithm>
+#include <cassert>
 #include <charconv>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 
 #include "core/error.h"
@@ -24,25 +26,49 @@ int32_t get_i32(const gguf::File& f, const std::string& key, int32_t fallback) {
 }
 
 // Metadata that changes what a model computes. A family that does not read one of these
-// refuses a file that has it: running without it would be silently wrong.
-constexpr std::string_view kComputationKeys[] = {
-    "attention.sliding_window", "attn_logit_softcapping", "final_logit_softcapping", "expert_count",
-    "expert_used_count", "expert_shared_count", "expert_weights_scale", "expert_weights_norm",
-    "expert_gating_func", "attention.scale", "logit_scale", "embedding_scale", "residual_scale",
-    "attention.q_lora_rank", "attention.kv_lora_rank", "rope.scaling.yarn_log_multiplier"};
+// refuses a file that sets it: running without it would be silently wrong. A key at a
+// neutral value is not set: `neutral` is what absence means (0: no window, no cap, no
+// experts, the family's own scale), which is also llama.cpp's default and so what its model
+// saver writes for a model that does not use the key; `identity` another value that computes
+// the same (1 for a factor). Not the soft caps: llama.cpp's defaults there are 50 and 30,
+// real caps, so a family that does not cap still refuses them.
+struct ComputationKey {
+  std::string_view key;
+  double neutral = 0;
+  double identity = 0;
+};
+constexpr ComputationKey kComputationKeys[] = {
+    {"attention.sliding_window"}, {"attn_logit_softcapping"}, {"final_logit_softcapping"}, {"expert_count"},
+    {"expert_used_count"}, {"expert_shared_count"}, {"expert_weights_scale", 0, 1}, {"expert_weights_norm"},
+    {"expert_gating_func"}, {"attention.scale"}, {"logit_scale", 0, 1}, {"embedding_scale", 0, 1},
+    {"residual_scale", 0, 1}, {"attention.q_lora_rank"}, {"attention.kv_lora_rank"},
+    {"rope.scaling.yarn_log_multiplier"}};
 
-void refuse_unread_keys(const gguf::File& f, const std::string& prefix, const FamilyTraits& family) {
-  for (std::string_view key : kComputationKeys) {
-    if (!f.has(str_cat(prefix, key))) continue;
+void refuse_unread_keys(const gguf::File& f, const std::string& arch, const FamilyTraits& family) {
+  for (const ComputationKey& k : kComputationKeys) {
+    if (!computation_key_set(f, arch, k.key)) continue;
     bool read = false;
-    for (std::string_view r : family.reads) read = read || r == key;
+    for (std::string_view r : family.reads) read = read || r == k.key;
     if (!read)
-      throw Error(str_cat(f.name(), ": ", prefix, key, " is set, and ridge's ", family.arch,
+      throw Error(str_cat(f.name(), ": ", arch, ".", k.key, " is set, and ridge's ", family.arch,
                           " model does not implement it; refusing to run without it"));
   }
 }
 
 }  // namespace
+
+bool computation_key_set(const gguf::File& f, const std::string& arch, std::string_view key) {
+  const gguf::Value* v = f.find(str_cat(arch, ".", key));
+  if (v == nullptr) return false;
+  for (const ComputationKey& k : kComputationKeys) {
+    if (k.key != key) continue;
+    if (!v->is_number() && v->type != gguf::ValueType::BOOL) return true;  // an array or a string
+    const double x = v->type == gguf::ValueType::BOOL ? (v->as_bool() ? 1.0 : 0.0) : v->as_f64();
+    return x != k.neutral && x != k.identity;
+  }
+  assert(!"computation_key_set: the key is not one of kComputationKeys");
+  return true;
+}
 
 const char* pooling_name(Pooling pooling) {
   switch (pooling) {
@@ -56,7 +82,11 @@ const char* pooling_name(Pooling pooling) {
 }
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {
-  static const std::vector<std::string> names = {"llama", "mistral", "qwen2", "qwen3", "gemma3"};
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> n;
+    for (const FamilyTraits& f : families()) n.emplace_back(f.arch);
+    return n;
+  }();
   return names;
 }
 
@@ -111,10 +141,14 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   if (c.n_rot > c.d_head || c.n_rot % 2 != 0)
     throw Error(str_cat(f.name(), ": ", p, "rope.dimension_count ", c.n_rot, " must be even and <= ", c.d_head));
 
-  const int32_t pooling = get_i32(f, p + "pooling_type", static_cast<int32_t>(Pooling::kMean));
-  if (pooling < 0 || pooling > static_cast<int32_t>(Pooling::kRank))
-    throw Error(str_cat(f.name(), ": ", p, "pooling_type ", pooling, " is not one of llama.cpp's 0..4"));
-  c.pooling = static_cast<Pooling>(pooling);
+  // llama.cpp's LLAMA_POOLING_TYPE_UNSPECIFIED (-1; its saver writes it as the u32 2^32 - 1)
+  // says nothing: the same as no key. 0 (none) is a pooling of its own.
+  const int64_t pooling = f.get_i64(p + "pooling_type", -1);
+  if (pooling != -1 && pooling != int64_t{UINT32_MAX}) {
+    if (pooling < 0 || pooling > static_cast<int64_t>(Pooling::kRank))
+      throw Error(str_cat(f.name(), ": ", p, "pooling_type ", pooling, " is not one of llama.cpp's -1..4"));
+    c.pooling = static_cast<Pooling>(pooling);
+  }
 
   const gguf::TensorInfo& embd = f.tensor("token_embd.weight");
   c.n_vocab = static_cast<int32_t>(embd.ne[1]);
@@ -122,10 +156,15 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   float rope_base = static_cast<float>(f.get_f64(p + "rope.freq_base", 10000.0));
   float rope_scale = 1.0f;
   LayerConfig global{0, rope_base, 1.0f};
-  std::string scaling = f.get_string(p + "rope.scaling.type", "none");
+  // As llama.cpp reads them: the type defaults to linear; the factor is rope.scaling.factor,
+  // else the older rope.scale_linear; none, or 0 (which llama.cpp's saver writes for an
+  // unscaled model), is no scaling.
+  std::string scaling = f.get_string(p + "rope.scaling.type", "linear");
   if (scaling == "linear" || scaling == "yarn") {
-    double factor = f.get_f64(p + "rope.scaling.factor", 1.0);
-    if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, "rope.scaling.factor must be > 0"));
+    const std::string factor_key = f.has(p + "rope.scaling.factor") ? "rope.scaling.factor" : "rope.scale_linear";
+    double factor = f.get_f64(p + factor_key, 0.0);
+    if (factor == 0) factor = 1;
+    if (!(factor > 0)) throw Error(str_cat(f.name(), ": ", p, factor_key, " must be > 0"));
     rope_scale = static_cast<float>(1.0 / factor);
     global.rope_scale = rope_scale;
   } else if (scaling != "none") {
@@ -148,7 +187,7 @@ ModelConfig ModelConfig::from_gguf(const gguf::File& f) {
   }
   c.n_ctx_orig = get_i32(f, p + "rope.scaling.original_context_length", 0);
   const double attn_factor = f.get_f64(p + "rope.scaling.attn_factor", 1.0);
-  refuse_unread_keys(f, p, *family);
+  refuse_unread_keys(f, c.arch, *family);
   bool reads_attn_factor = false;
   for (std::string_view r : family->reads) reads_attn_factor = reads_attn_factor || r == "rope.scaling.attn_factor";
   if (attn_factor != 1.0 && !reads_attn_factor)

@@ -63,7 +63,7 @@ struct ModelConfig {
   bool qk_norm = false;          // Qwen3, Gemma 3: RMS norm of each q/k head
   bool qk_norm_full = false;     // OLMoE: RMS norm over all of q and of k instead
   bool sandwich_norm = false;    // Gemma 2/3: norms after attention and MLP too
-  bool fused_qkv = false;        // Phi-3: one attn_qkv tensor (q rows, then k, then v)
+  bool fused_qkv = false;        // Phi-3: q/k/v may be one attn_qkv tensor (q rows, then k, then v)
   bool fused_gate_up = false;    // Phi-3: ffn_up holds the gate rows, then the up rows
   Activation activation = Activation::kSilu;
   Pooling pooling = Pooling::kMean;  // <arch>.pooling_type; absent: mean (llama.cpp's default

@@ -1,6 +1,7 @@
 #include "model/families.h"
 
 #include <array>
+#include <cmath>
 #include <limits>
 #include <string>
 
@@ -13,14 +14,14 @@ namespace {
 
 constexpr std::string_view kLlamaReads[] = {"attention.sliding_window", "expert_count", "expert_used_count"};
 constexpr std::string_view kGemmaReads[] = {"attention.sliding_window", "attn_logit_softcapping",
-                                            "final_logit_softcapping"};
+                                            "final_logit_softcapping", "attention.scale"};
 constexpr std::string_view kPhi3Reads[] = {"attention.sliding_window", "rope.scaling.attn_factor"};
 constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
 
 }  // namespace
 
-const FamilyTraits* find_family(std::string_view arch) {
-  static const std::array<FamilyTraits, 9> families = {{
+std::span<const FamilyTraits> families() {
+  static const std::array<FamilyTraits, 9> table = {{
       {"llama", configure_llama, kLlamaReads},
       {"mistral", configure_llama, kLlamaReads},
       {"qwen2", configure_qwen2},
@@ -31,9 +32,23 @@ const FamilyTraits* find_family(std::string_view arch) {
       {"gemma2", configure_gemma2, kGemmaReads},
       {"gemma3", configure_gemma3, kGemmaReads},
   }};
-  for (const FamilyTraits& f : families)
+  return table;
+}
+
+const FamilyTraits* find_family(std::string_view arch) {
+  for (const FamilyTraits& f : families())
     if (f.arch == arch) return &f;
   return nullptr;
+}
+
+void check_implied_value(const gguf::File& f, const std::string& arch, std::string_view key, double implied) {
+  if (!computation_key_set(f, arch, key)) return;
+  const std::string name = str_cat(arch, ".", key);
+  const double value = f.get_f64(name);
+  // The file holds a float32; the family's value is computed in float32 too.
+  if (std::fabs(value - implied) <= 1e-6 * std::fabs(implied)) return;
+  throw Error(str_cat(f.name(), ": ", name, " is ", value, ", and ridge's ", arch, " model computes with ", implied,
+                      " (what the family implies); refusing to run with another value"));
 }
 
 int32_t sliding_window(const gguf::File& f, const std::string& arch, bool required) {
@@ -47,10 +62,13 @@ int32_t sliding_window(const gguf::File& f, const std::string& arch, bool requir
 
 void configure_experts(const gguf::File& f, ModelConfig& c, bool norm) {
   const std::string p = c.arch + ".";
-  if (!f.has(p + "expert_count")) return;
+  if (!computation_key_set(f, c.arch, "expert_count")) return;  // absent or 0: a dense model
   c.n_expert = static_cast<int32_t>(f.get_u64(p + "expert_count"));
   c.n_expert_used = static_cast<int32_t>(f.get_u64(p + "expert_used_count"));
-  const std::string width = f.has(p + "expert_feed_forward_length") ? "expert_feed_forward_length" : "feed_forward_length";
+  // llama.cpp's saver writes expert_feed_forward_length 0 where the family takes the width
+  // from feed_forward_length (Mixtral as llama): 0 is absent here too.
+  const std::string width =
+      f.get_u64(p + "expert_feed_forward_length", 0) > 0 ? "expert_feed_forward_length" : "feed_forward_length";
   c.n_ff_expert = static_cast<int32_t>(f.get_u64(p + width));
   c.expert_weights_norm = norm;
   if (c.n_expert < 1 || c.n_expert > 256 || c.n_expert_used < 1 || c.n_expert_used > c.n_expert || c.n_ff_expert < 1)

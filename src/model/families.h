@@ -20,7 +20,22 @@ struct FamilyTraits {
   std::span<const std::string_view> reads = {};
 };
 
+// Every family ridge runs, in one table: find_family and the list of supported
+// architectures (ModelConfig::supported_architectures, the unknown-architecture error) read it.
+std::span<const FamilyTraits> families();
 const FamilyTraits* find_family(std::string_view arch);
+
+// Whether the file sets <arch>.<key>, one of the metadata that changes what a model computes
+// (kComputationKeys in config.cpp), to a value other than its neutral one. llama.cpp's model
+// saver writes every hyper-parameter key, neutral values included (expert_count 0,
+// attention.scale 0, ...), and llama.cpp reads a key at its neutral value as an absent one;
+// so does ridge.
+bool computation_key_set(const gguf::File& file, const std::string& arch, std::string_view key);
+
+// A computation key the family fixes rather than reads (Gemma's attention.scale): absent,
+// neutral, or the value the family implies (to float rounding) is accepted; any other value
+// is an Error naming the key, as computing without it would be silently wrong.
+void check_implied_value(const gguf::File& file, const std::string& arch, std::string_view key, double implied);
 
 void configure_llama(const gguf::File& file, ModelConfig& config);
 void configure_qwen2(const gguf::File& file, ModelConfig& config);

@@ -19,6 +19,11 @@ void configure_gemma2(const gguf::File& f, ModelConfig& c) {
   for (int il = 0; il < c.n_layer; il += 2) c.layers[il].window = window;
   c.final_softcap = static_cast<float>(f.get_f64("gemma2.final_logit_softcapping", 0.0));
   c.attn_softcap = static_cast<float>(f.get_f64("gemma2.attn_logit_softcapping", 0.0));
+  // llama.cpp's rule (after gemma_pytorch's query_pre_attn_scalar): the 27B (46 layers)
+  // scales q.k by (n_embd / n_head)^-0.5, every other size by d_head^-0.5. llama.cpp's saver
+  // writes that value as gemma2.attention.scale; a file holding another one is refused.
+  if (c.n_layer == 46) c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+  check_implied_value(f, c.arch, "attention.scale", c.attn_scale);
 }
 
 }  // namespace ridge

@@ -1,6 +1,7 @@
 // Phi-3 / Phi-3.5 (Microsoft): Llama-like with NeoX-layout RoPE, q/k/v fused in one
-// attn_qkv tensor and the gate and up projections in one ffn_up tensor (gate rows first),
-// both read as zero-copy row ranges. attention.sliding_window (2047 on the 4k models,
+// attn_qkv tensor (or three attn_q/k/v, as llama.cpp's random-weight saver writes them and
+// llama.cpp loads too) and the gate and up projections in one ffn_up tensor (gate rows
+// first), both read as zero-copy row ranges. attention.sliding_window (2047 on the 4k models,
 // 262144 on Phi-3.5) applies to every layer, as in Hugging Face's definition of the model
 // (llama.cpp has disabled Phi's window, so past 2047 tokens the two engines differ). LongRoPE (the 128k models): per-pair frequency divisors,
 // rope_factors_long.weight when the model runs with a context past

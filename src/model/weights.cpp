@@ -107,7 +107,9 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
     LayerWeights& l = w.layers[il];
     const std::string p = "blk." + std::to_string(il) + ".";
     l.attn_norm = ld.vector(p + "attn_norm.weight", c.n_embd);
-    if (c.fused_qkv) {
+    // Phi-3: q, k and v in one attn_qkv tensor as llama.cpp's converter writes them, or in
+    // three (its model saver, fine-tuning tools), which llama.cpp loads as well.
+    if (c.fused_qkv && ld.has(p + "attn_qkv.weight")) {
       const kernels::WeightMatrix qkv = ld.matrix(p + "attn_qkv.weight", c.n_embd, q_dim + 2 * kv_dim);
       l.wq = rows(qkv, 0, q_dim);
       l.wk = rows(qkv, q_dim, kv_dim);
