@@ -58,7 +58,11 @@ class Loader {
     const gguf::TensorInfo& t = tensor(name, {n});
     if (t.dtype == DType::F32) return reinterpret_cast<const float*>(t.data);
     std::vector<float>& copy = owned_.emplace_back(static_cast<size_t>(n));
-    dequantize_row(t.dtype, t.data, copy.data(), n);
+    try {
+      dequantize_row(t.dtype, t.data, copy.data(), n);
+    } catch (const Error& e) {
+      throw Error(str_cat(f_.name(), ": tensor '", name, "': ", e.what()));
+    }
     return copy.data();
   }
 
