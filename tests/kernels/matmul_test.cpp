@@ -224,6 +224,36 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                                            DType::TQ1_0, DType::TQ2_0, DType::NF4, DType::I8_ROWS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
+// Every GGUF type ridge reads either runs (it has a dequantizer, so at least the
+// dequantized-rows path) or is refused by check_weight_matrix, the loader's check, with a
+// message naming the tensor and the type.
+TEST(Matmul, TypesWithoutDequantizationAreRefusedNamingTensorAndType) {
+  int refused = 0;
+  for (uint32_t id = 0; id < kDTypeCount; ++id) {
+    if (!is_known_dtype(id)) continue;
+    const DType type = static_cast<DType>(id);
+    const TypeTraits& traits = type_traits(type);
+    const int64_t n_in = traits.block_size == 1 ? 256 : 2 * traits.block_size;
+    std::vector<uint8_t> bytes(row_size(type, n_in) * 3);
+    const WeightMatrix w{type, n_in, 3, bytes.data(), row_size(type, n_in)};
+    if (type == DType::F32 || traits.to_float != nullptr) {
+      EXPECT_NO_THROW(check_weight_matrix(w, "blk.0.attn_q.weight")) << traits.name;
+      continue;
+    }
+    ++refused;
+    try {
+      check_weight_matrix(w, "blk.0.attn_q.weight");
+      ADD_FAILURE() << traits.name << " has no dequantizer but was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("blk.0.attn_q.weight"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string(traits.name) + " is not supported by ridge yet"), std::string::npos)
+          << message;
+    }
+  }
+  EXPECT_GT(refused, 0);  // the IQ2/IQ3/IQ1 families, NVFP4, Q1_0 and the integer types, for now
+}
+
 // The float mode: dequantized rows, f32 activations: as close to the double reference as
 // float accumulation allows, for every type, then back to the quantized default.
 TEST(Matmul, FloatModeMatchesDoubleReference) {
