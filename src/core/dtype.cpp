@@ -66,17 +66,18 @@ struct ForeignType {
   uint32_t id;
   std::string_view name;
   ForeignOrigin origin;
+  std::string_view same_size_type = {};  // the interleaved layouts: the type they repacked
 };
 
 constexpr ForeignType kForeignTypes[] = {
     {4, "Q4_2", ForeignOrigin::kRemovedLegacy},
     {5, "Q4_3", ForeignOrigin::kRemovedLegacy},
-    {31, "Q4_0_4_4", ForeignOrigin::kRemovedInterleaved},
-    {32, "Q4_0_4_8", ForeignOrigin::kRemovedInterleaved},
-    {33, "Q4_0_8_8", ForeignOrigin::kRemovedInterleaved},
-    {36, "IQ4_NL_4_4", ForeignOrigin::kRemovedInterleaved},  // also ik_llama.cpp's I2_S
-    {37, "IQ4_NL_4_8", ForeignOrigin::kRemovedInterleaved},
-    {38, "IQ4_NL_8_8", ForeignOrigin::kRemovedInterleaved},
+    {31, "Q4_0_4_4", ForeignOrigin::kRemovedInterleaved, "Q4_0"},
+    {32, "Q4_0_4_8", ForeignOrigin::kRemovedInterleaved, "Q4_0"},
+    {33, "Q4_0_8_8", ForeignOrigin::kRemovedInterleaved, "Q4_0"},
+    {36, "IQ4_NL_4_4", ForeignOrigin::kRemovedInterleaved, "IQ4_NL"},  // also ik_llama.cpp's I2_S
+    {37, "IQ4_NL_4_8", ForeignOrigin::kRemovedInterleaved, "IQ4_NL"},
+    {38, "IQ4_NL_8_8", ForeignOrigin::kRemovedInterleaved, "IQ4_NL"},
     {97, "Q8_0_X4", ForeignOrigin::kIkLlama},
     {98, "Q8_1_X4", ForeignOrigin::kIkLlama},
     {99, "Q8_2_X4", ForeignOrigin::kIkLlama},
@@ -155,7 +156,7 @@ std::string unknown_dtype_explanation(uint32_t id) {
       case ForeignOrigin::kRemovedInterleaved:
         return str_cat(id, " (", f.name, ") is an interleaved layout removed from llama.cpp, which now repacks "
                        "Q4_0 and IQ4_NL at load time; re-quantize with llama-quantize from the F16/BF16 file "
-                       "(to Q4_0 for the same size)",
+                       "(to ", f.same_size_type, " for the same size)",
                        id == 36 ? " (in an ik_llama.cpp file, 36 is I2_S, BitNet's ternary type: use a "
                                   "mainline TQ1_0 or TQ2_0 GGUF)"
                                 : "");

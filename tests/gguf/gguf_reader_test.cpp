@@ -308,6 +308,8 @@ TEST(GgufReader, RemovedAndForeignTypesAreRefusedByName) {
       {38, "tensor type 38 (IQ4_NL_8_8)"},
       {31, "re-quantize with llama-quantize from the F16/BF16 file"},
       {36, "I2_S"},
+      {32, "(to Q4_0 for the same size)"},
+      {38, "(to IQ4_NL for the same size)"},
       {133, "tensor type 133 (Q6_0): this is an ik_llama.cpp type"},
       {139, "tensor type 139 (IQ4_K): this is an ik_llama.cpp type"},
       {145, "tensor type 145 (IQ2_KS)"},
