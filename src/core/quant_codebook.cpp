@@ -1,11 +1,14 @@
 // Dequantization of the codebook and ternary formats: IQ4_NL and IQ4_XS (a non-uniform
 // 4-bit codebook), MXFP4 (E2M1 values under a power-of-two scale), TQ1_0 and TQ2_0
 // (ternary). Each value is one float product in the order ggml computes it, so results
-// match GGUF's definition to the bit.
+// match GGUF's definition to the bit. Quantizers for the types gguf-py quantizes (MXFP4,
+// TQ1_0, TQ2_0), byte for byte as it does.
 #include "core/quant_exact_fp.h"  // first: no FMA contraction in this file
 
+#include <algorithm>
 #include <bit>
 #include <cassert>
+#include <cmath>
 
 #include "core/fp16.h"
 #include "core/quant.h"
@@ -28,7 +31,96 @@ int ternary_digit(uint8_t byte, int k) {
   return ((shifted * 3) >> 8) - 1;
 }
 
+// gguf-py's np_roundf: half away from zero.
+float round_half_away(float x) {
+  const float a = std::fabs(x);
+  const float floored = std::floor(a);
+  const float b = floored + std::floor(2 * (a - floored));
+  return x < 0 ? -b : b;
+}
+
+float max_magnitude(const float* x, int n) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  return amax;
+}
+
+// t + 1 in 0..2 for each x / amax rounded; all ones (zeros) for an all-zero block.
+void ternary_codes(const float* x, uint8_t* t, float amax) {
+  const float id = amax == 0 ? 0.0f : 1.0f / amax;
+  for (int i = 0; i < kQK_K; ++i) t[i] = static_cast<uint8_t>(static_cast<int>(round_half_away(x[i] * id)) + 1);
+}
+
+// Packs n trits (n <= 5, most significant first) into a byte as a base-3 fraction of 256,
+// rounded up so that ternary_digit reads them back.
+uint8_t pack_trits(const uint8_t* t, int n, int stride) {
+  static constexpr uint16_t kWeights[5] = {81, 27, 9, 3, 1};
+  uint16_t sum = 0;
+  for (int k = 0; k < n; ++k) sum = static_cast<uint16_t>(sum + t[k * stride] * kWeights[k]);
+  return static_cast<uint8_t>((sum * 256 + 242) / 243);
+}
+
 }  // namespace
+
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n) {
+  assert(n % kQK_K == 0);
+  auto* blocks = static_cast<BlockTQ1_0*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* x = src + b * kQK_K;
+    const float amax = max_magnitude(x, kQK_K);
+    uint8_t t[kQK_K];
+    ternary_codes(x, t, amax);
+    BlockTQ1_0& block = blocks[b];
+    for (int m = 0; m < 32; ++m) block.qs[m] = pack_trits(t + m, 5, 32);
+    for (int m = 0; m < 16; ++m) block.qs[32 + m] = pack_trits(t + 160 + m, 5, 16);
+    for (int m = 0; m < 4; ++m) block.qh[m] = pack_trits(t + 240 + m, 4, 4);
+    block.d = fp32_to_fp16(amax);
+  }
+}
+
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n) {
+  assert(n % kQK_K == 0);
+  auto* blocks = static_cast<BlockTQ2_0*>(dst);
+  for (int64_t b = 0; b < n / kQK_K; ++b) {
+    const float* x = src + b * kQK_K;
+    const float amax = max_magnitude(x, kQK_K);
+    uint8_t t[kQK_K];
+    ternary_codes(x, t, amax);
+    BlockTQ2_0& block = blocks[b];
+    for (int h = 0; h < 2; ++h)
+      for (int m = 0; m < 32; ++m) {
+        uint8_t byte = 0;
+        for (int k = 0; k < 4; ++k) byte = static_cast<uint8_t>(byte | (t[128 * h + 32 * k + m] << (2 * k)));
+        block.qs[32 * h + m] = byte;
+      }
+    block.d = fp32_to_fp16(amax);
+  }
+}
+
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n) {
+  assert(n % kQKMxfp4 == 0);
+  auto* blocks = static_cast<BlockMXFP4*>(dst);
+  for (int64_t b = 0; b < n / kQKMxfp4; ++b) {
+    const float* x = src + b * kQKMxfp4;
+    const float amax = max_magnitude(x, kQKMxfp4);
+    // The exponent that puts amax in E2M1's top binade (6 = 1.5 * 2^2), as gguf-py and
+    // ggml compute it.
+    const auto e = static_cast<uint8_t>(amax > 0 ? std::floor(std::log2(amax)) - 2 + 127 : 0);
+    const float d = e8m0_to_fp32_half(e);
+    uint8_t q[kQKMxfp4];
+    for (int i = 0; i < kQKMxfp4; ++i) {
+      int best = 0;
+      float best_err = std::fabs(d * static_cast<float>(kMxfp4DoubledValues[0]) - x[i]);
+      for (int k = 1; k < 16; ++k) {  // the first of equal errors wins
+        const float err = std::fabs(d * static_cast<float>(kMxfp4DoubledValues[k]) - x[i]);
+        if (err < best_err) best = k, best_err = err;
+      }
+      q[i] = static_cast<uint8_t>(best);
+    }
+    blocks[b].e = e;
+    for (int j = 0; j < kQKMxfp4 / 2; ++j) blocks[b].qs[j] = static_cast<uint8_t>(q[j] | (q[j + kQKMxfp4 / 2] << 4));
+  }
+}
 
 void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n) {
   assert(n % kQK4_NL == 0);

@@ -33,12 +33,12 @@ struct QuantizedMatrix {
 // weights within about +-1, as real ones are (random scale bits could be inf or NaN).
 struct RandomBlockScale {
   DType type;
-  size_t offset;
-  float max_code;  // 0: an E8M0 exponent byte (MXFP4: 2^(e-127) * 6 at most) rather than an f16
+  size_t offset;    // of the f16 scale
+  float max_code;   // the largest |code| it multiplies
 };
 constexpr RandomBlockScale kRandomBlockScales[] = {
-    {DType::IQ4_NL, 0, 127.0f}, {DType::IQ4_XS, 0, 32.0f * 127.0f}, {DType::TQ1_0, 52, 1.0f},
-    {DType::TQ2_0, 64, 1.0f},   {DType::MXFP4, 0, 0.0f},
+    {DType::IQ4_NL, 0, 127.0f},
+    {DType::IQ4_XS, 0, 32.0f * 127.0f},
 };
 
 const RandomBlockScale* random_block_scale(DType type) {
@@ -56,13 +56,9 @@ void random_blocks(DType type, uint8_t* row, int64_t n_in, uint32_t seed) {
   for (size_t i = 0; i < bytes; ++i) row[i] = static_cast<uint8_t>(rng());
   for (size_t b = 0; b < bytes / traits.type_size; ++b) {
     uint8_t* at = row + b * traits.type_size + scale->offset;
-    if (scale->max_code == 0) {
-      *at = static_cast<uint8_t>(118 + rng() % 7);  // 2^-9 .. 2^-3, so 6 * scale < 1
-    } else {
-      const float magnitude = (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f) / scale->max_code;
-      const uint16_t h = fp32_to_fp16(rng() % 2 ? magnitude : -magnitude);
-      std::memcpy(at, &h, sizeof h);
-    }
+    const float magnitude = (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f) / scale->max_code;
+    const uint16_t h = fp32_to_fp16(rng() % 2 ? magnitude : -magnitude);
+    std::memcpy(at, &h, sizeof h);
   }
 }
 

@@ -32,7 +32,7 @@ EDGE_HALVES = np.array([0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0x7bff,
                         0x8001, 0x83ff, 0x8400, 0xbc00, 0xfbff], dtype=np.uint16)
 # Types gguf-py can quantize that we expect to match to the byte; checked below so a
 # gguf-py upgrade that adds or drops a quantizer is noticed.
-QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
+QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.TQ1_0, QT.TQ2_0, QT.MXFP4]
 
 
 def tool_path():
@@ -144,7 +144,8 @@ def test_gguf_quantizers_are_the_expected_set():
     x = np.zeros((1, 256), dtype=np.float32)
     can = []
     for qtype in [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
-                  QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q8_K]:
+                  QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q8_K,
+                  QT.TQ1_0, QT.TQ2_0, QT.MXFP4, QT.IQ4_NL, QT.IQ4_XS]:
         try:
             quantize(x, qtype)
             can.append(qtype)
