@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
 
 namespace ridge {
@@ -65,6 +66,11 @@ constexpr uint32_t dtype_slot(DType type) {
 const TypeTraits& type_traits(DType type);
 // A type id a GGUF file may use (the runtime-only formats are not).
 bool is_known_dtype(uint32_t id);
+// For an id is_known_dtype refuses, the rest of an error message: the id, the type's
+// name where one is known (a layout removed from ggml, an ik_llama.cpp type), why ridge
+// cannot read it and what to do instead:
+//   "31 (Q4_0_4_4) is an interleaved Q4_0 layout removed from llama.cpp ...; re-quantize ..."
+std::string unknown_dtype_explanation(uint32_t id);
 std::string_view dtype_name(DType type);
 // Parses a GGUF type's name as ggml spells it, case-insensitively ("Q4_K", "q4_k", "f16").
 std::optional<DType> dtype_from_name(std::string_view name);

@@ -31,6 +31,11 @@ void register_quant_functions(std::array<TypeTraits, kDTypeCount>& table) {
   set(DType::Q5_K, dequantize_row_q5_k, quantize_row_q5_k);
   set(DType::Q6_K, dequantize_row_q6_k, quantize_row_q6_k);
   set(DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
+  set(DType::IQ4_NL, dequantize_row_iq4_nl, nullptr);
+  set(DType::IQ4_XS, dequantize_row_iq4_xs, nullptr);
+  set(DType::MXFP4, dequantize_row_mxfp4, quantize_row_mxfp4);
+  set(DType::TQ1_0, dequantize_row_tq1_0, quantize_row_tq1_0);
+  set(DType::TQ2_0, dequantize_row_tq2_0, quantize_row_tq2_0);
 }
 
 namespace {

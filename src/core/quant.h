@@ -39,6 +39,11 @@ void dequantize_row_q4_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q5_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q6_k(const void* src, float* dst, int64_t n);
 void dequantize_row_q8_k(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_nl(const void* src, float* dst, int64_t n);
+void dequantize_row_iq4_xs(const void* src, float* dst, int64_t n);
+void dequantize_row_mxfp4(const void* src, float* dst, int64_t n);
+void dequantize_row_tq1_0(const void* src, float* dst, int64_t n);
+void dequantize_row_tq2_0(const void* src, float* dst, int64_t n);
 
 void quantize_row_f32(const float* src, void* dst, int64_t n);
 void quantize_row_f16(const float* src, void* dst, int64_t n);
@@ -55,5 +60,8 @@ void quantize_row_q4_k(const float* src, void* dst, int64_t n);
 void quantize_row_q5_k(const float* src, void* dst, int64_t n);
 void quantize_row_q6_k(const float* src, void* dst, int64_t n);
 void quantize_row_q8_k(const float* src, void* dst, int64_t n);
+void quantize_row_mxfp4(const float* src, void* dst, int64_t n);
+void quantize_row_tq1_0(const float* src, void* dst, int64_t n);
+void quantize_row_tq2_0(const float* src, void* dst, int64_t n);
 
 }  // namespace ridge

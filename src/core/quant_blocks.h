@@ -119,6 +119,48 @@ struct BlockQ8_K {
   int16_t bsums[kQK_K / 16];
 };
 
+constexpr int kQK4_NL = 32;
+constexpr int kQKMxfp4 = 32;
+
+// x = d * kIq4nlValues[q], q in 0..15 (a non-uniform 4-bit codebook), nibbles packed as
+// in Q4_0.
+struct BlockIQ4_NL {
+  uint16_t d;                 // f16 scale
+  uint8_t qs[kQK4_NL / 2];
+};
+
+// 8 groups of 32: x = d * (s[g] - 32) * kIq4nlValues[q]; s[g] is 6 bits, its low nibble
+// in scales_l[g/2] (nibble g%2), its top bit pair at bits 2g of scales_h. Group g's codes
+// are qs[16g..16g+15]: element 32g + j in the low nibble, 32g + 16 + j in the high one.
+struct BlockIQ4_XS {
+  uint16_t d;                  // f16 scale of the scales
+  uint16_t scales_h;           // little-endian
+  uint8_t scales_l[kQK_K / 64];
+  uint8_t qs[kQK_K / 2];
+};
+
+// OCP microscaling FP4: x = 2^(e - 127) * e2m1(q), q a 4-bit E2M1 float; nibbles packed
+// as in Q4_0. (The table holds doubled E2M1 values and the scale is halved to match.)
+struct BlockMXFP4 {
+  uint8_t e;                   // E8M0 shared exponent
+  uint8_t qs[kQKMxfp4 / 2];
+};
+
+// Ternary, x = d * (t - 1) with t in 0..2. Bytes hold 5 (qs) or 4 (qh) trits as a base-3
+// fraction of 256: trit k of byte b is ((uint8_t)(b * 3^k) * 3) >> 8. qs[0..31] give
+// elements 32k + m (k < 5), qs[32..47] elements 160 + 16k + m, qh[0..3] 240 + 4k + m.
+struct BlockTQ1_0 {
+  uint8_t qs[(kQK_K - 4 * kQK_K / 64) / 5];
+  uint8_t qh[kQK_K / 64];
+  uint16_t d;                  // f16 scale
+};
+
+// Ternary, x = d * (t - 1): element 128h + 32k + m is bit pair k of qs[32h + m].
+struct BlockTQ2_0 {
+  uint8_t qs[kQK_K / 4];
+  uint16_t d;                  // f16 scale
+};
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -131,6 +173,17 @@ static_assert(sizeof(BlockQ4_K) == 144);
 static_assert(sizeof(BlockQ5_K) == 176);
 static_assert(sizeof(BlockQ6_K) == 210);
 static_assert(sizeof(BlockQ8_K) == 292);
+static_assert(sizeof(BlockIQ4_NL) == 18);
+static_assert(sizeof(BlockIQ4_XS) == 136);
+static_assert(sizeof(BlockMXFP4) == 17);
+static_assert(sizeof(BlockTQ1_0) == 54);
+static_assert(sizeof(BlockTQ2_0) == 66);
+
+// IQ4_NL's codebook (also IQ4_XS's): 16 int8 levels, denser near zero.
+inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                            1,    13,   25,  38,  53,  69,  89,  113};
+// E2M1 (FP4) values times two, indexed by the 4-bit code: sign in bit 3.
+inline constexpr int8_t kMxfp4DoubledValues[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 // The 6-bit scale and min of group g (0..7) of a Q4_K/Q5_K block: groups 0..3 sit in the
 // low 6 bits of bytes g and g+4; groups 4..7 keep their low nibbles in byte g+4 and their

@@ -605,7 +605,7 @@ void File::parse_all() {
     uint64_t type_at = r.pos();
     uint32_t type_id = r.read<uint32_t>(what);
     if (!is_known_dtype(type_id))
-      r.fail(type_at, str_cat(what, ": unknown tensor type ", type_id));
+      r.fail(type_at, str_cat(what, ": tensor type ", unknown_dtype_explanation(type_id)));
     t.dtype = static_cast<DType>(type_id);
     const TypeTraits& traits = type_traits(t.dtype);
     if (t.ne[0] % traits.block_size != 0)

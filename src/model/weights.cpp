@@ -37,7 +37,7 @@ class Loader {
   kernels::WeightMatrix matrix(const std::string& name, int64_t n_in, int64_t n_out) {
     const gguf::TensorInfo& t = tensor(name, {n_in, n_out});
     kernels::WeightMatrix w{t.dtype, n_in, n_out, t.data, row_size(t.dtype, n_in)};
-    kernels::check_weight_matrix(w, name);
+    kernels::check_weight_matrix(w, what(name));
     return w;
   }
 
@@ -48,7 +48,7 @@ class Loader {
     std::vector<kernels::WeightMatrix> views;
     for (int64_t e = 0; e < n; ++e) {
       views.push_back({t.dtype, n_in, n_out, t.data + static_cast<size_t>(e * n_out) * row, row});
-      kernels::check_weight_matrix(views.back(), name);
+      kernels::check_weight_matrix(views.back(), what(name));
     }
     return views;
   }
@@ -58,11 +58,18 @@ class Loader {
     const gguf::TensorInfo& t = tensor(name, {n});
     if (t.dtype == DType::F32) return reinterpret_cast<const float*>(t.data);
     std::vector<float>& copy = owned_.emplace_back(static_cast<size_t>(n));
-    dequantize_row(t.dtype, t.data, copy.data(), n);
+    try {
+      dequantize_row(t.dtype, t.data, copy.data(), n);
+    } catch (const Error& e) {
+      throw Error(str_cat(what(name), ": ", e.what()));
+    }
     return copy.data();
   }
 
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
+
+  // How errors about a tensor name it: "model.gguf: tensor 'blk.0.attn_q.weight'".
+  std::string what(const std::string& name) const { return str_cat(f_.name(), ": tensor '", name, "'"); }
 
   // Every tensor of the file must have been used: a tensor nothing reads means a variant
   // this code does not implement, and computing without it would be silently wrong.

@@ -2,6 +2,7 @@
 // metadata values and types, tensor layouts and data views, typed getters and their errors.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/quant.h"
 #include "gguf/gguf.h"
 #include "gguf/writer.h"
 
@@ -265,6 +267,98 @@ TEST(GgufReader, ParseErrorsNameTheSource) {
   std::vector<uint8_t> junk(64, 0x41);
   EXPECT_THROW_WITH(File::parse(junk, "junk.bin"), "junk.bin: bad magic");
   EXPECT_THROW_WITH(File::parse(junk, "junk.bin"), "at offset 0");
+}
+
+// A file with one tensor "probe.weight" of 256 x 2 elements whose type field says `type_id`.
+// Written as F64 (8 bytes an element, the most of any type), so the data covers the
+// tensor whatever type the id names.
+std::vector<uint8_t> file_with_tensor_type(uint32_t type_id) {
+  Writer w;
+  std::vector<uint8_t> data(256 * 2 * 8);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<uint8_t>(i * 7 + 3);
+  w.add_tensor("probe.weight", DType::F64, {256, 2}, data);
+  std::vector<uint8_t> bytes = w.to_bytes();
+  // The tensor info: name, n_dims (u32), two dims (i64), then the type (u32).
+  const std::string name = "probe.weight";
+  auto at = std::search(bytes.begin(), bytes.end(), name.begin(), name.end());
+  EXPECT_NE(at, bytes.end());
+  const size_t type_at = static_cast<size_t>(at - bytes.begin()) + name.size() + 4 + 2 * 8;
+  uint32_t old_id = 0;
+  std::memcpy(&old_id, bytes.data() + type_at, 4);
+  EXPECT_EQ(old_id, static_cast<uint32_t>(DType::F64));
+  std::memcpy(bytes.data() + type_at, &type_id, 4);
+  return bytes;
+}
+
+// Files users download carry types ridge does not read: the interleaved layouts llama.cpp
+// removed, and ik_llama.cpp's own types. The refusal names the type, the tensor and what
+// to do.
+TEST(GgufReader, RemovedAndForeignTypesAreRefusedByName) {
+  struct Case {
+    uint32_t id;
+    const char* phrase;
+  };
+  const Case cases[] = {
+      {4, "tensor type 4 (Q4_2) was removed from ggml"},
+      {31, "tensor type 31 (Q4_0_4_4) is an interleaved layout removed from llama.cpp"},
+      {32, "tensor type 32 (Q4_0_4_8)"},
+      {33, "tensor type 33 (Q4_0_8_8)"},
+      {36, "tensor type 36 (IQ4_NL_4_4)"},
+      {37, "tensor type 37 (IQ4_NL_4_8)"},
+      {38, "tensor type 38 (IQ4_NL_8_8)"},
+      {31, "re-quantize with llama-quantize from the F16/BF16 file"},
+      {36, "I2_S"},
+      {32, "(to Q4_0 for the same size)"},
+      {38, "(to IQ4_NL for the same size)"},
+      {133, "tensor type 133 (Q6_0): this is an ik_llama.cpp type"},
+      {139, "tensor type 139 (IQ4_K): this is an ik_llama.cpp type"},
+      {145, "tensor type 145 (IQ2_KS)"},
+      {155, "tensor type 155 (IQ4_KT)"},
+      {220, "tensor type 220 (IQ4_NL_R4)"},
+      {399, "tensor type 399 (Q8_K_R8)"},
+      {145, "use a mainline GGUF"},
+      {199, "tensor type 199 is not a llama.cpp type; ids from 133 up are where ik_llama.cpp"},
+      {42, "tensor type 42 is not a type ridge knows"},
+      {1000, "tensor type 1000 (nf4) is a format ridge makes at load time"},
+      {0xffffffffu, "tensor type 4294967295 is not a llama.cpp type"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.id);
+    const std::vector<uint8_t> bytes = file_with_tensor_type(c.id);
+    EXPECT_THROW_WITH(File::parse(bytes, "model.gguf"), c.phrase);
+    EXPECT_THROW_WITH(File::parse(bytes, "model.gguf"), "model.gguf: tensor 'probe.weight': tensor type ");
+  }
+}
+
+// Every type id a byte can hold either loads (and then converts, or says it cannot) or is
+// refused with ridge::Error naming the tensor; nothing crashes or reads out of bounds.
+TEST(GgufReader, EveryTypeIdLoadsOrIsRefusedNamingTheTensor) {
+  int loaded = 0;
+  for (uint32_t id = 0; id < 256; ++id) {
+    SCOPED_TRACE(id);
+    const std::vector<uint8_t> bytes = file_with_tensor_type(id);
+    try {
+      File f = File::parse(bytes, "model.gguf");
+      ASSERT_TRUE(is_known_dtype(id));
+      const TensorInfo& t = f.tensor("probe.weight");
+      EXPECT_EQ(t.nbytes, 2 * row_size(t.dtype, 256));
+      ++loaded;
+      std::vector<float> row(256);
+      try {
+        dequantize_row(t.dtype, t.data, row.data(), 256);
+        EXPECT_NE(type_traits(t.dtype).to_float, nullptr);
+      } catch (const ridge::Error& e) {
+        EXPECT_EQ(type_traits(t.dtype).to_float, nullptr) << e.what();
+        EXPECT_NE(std::string(e.what()).find(type_traits(t.dtype).name), std::string::npos) << e.what();
+      }
+    } catch (const ridge::Error& e) {
+      EXPECT_FALSE(is_known_dtype(id)) << e.what();
+      EXPECT_NE(std::string(e.what()).find("tensor 'probe.weight': tensor type " + std::to_string(id)),
+                std::string::npos)
+          << e.what();
+    }
+  }
+  EXPECT_EQ(loaded, 34);  // ggml's ids 0..41 less the removed 4, 5, 31..33, 36..38
 }
 
 // A file opened from disk keeps its mapping alive after the File is moved.

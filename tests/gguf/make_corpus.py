@@ -156,9 +156,9 @@ def cases():
     yield ("alignment_wrong_type.gguf", with_kv(kv("general.alignment", U64, u64(32))), 
         "general.alignment has type uint64")
     yield ("unknown_tensor_type.gguf", with_infos(
-        [tinfo("a.weight", [8, 2], 4, 0), DEFAULT_INFOS[1]]), "unknown tensor type 4")
+        [tinfo("a.weight", [8, 2], 4, 0), DEFAULT_INFOS[1]]), "tensor type 4 (Q4_2) was removed")
     yield ("unknown_tensor_type_big.gguf", with_infos(
-        [tinfo("a.weight", [8, 2], 1000, 0), DEFAULT_INFOS[1]]), "unknown tensor type 1000")
+        [tinfo("a.weight", [8, 2], 1000, 0), DEFAULT_INFOS[1]]), "tensor type 1000 (nf4) is a format ridge makes at load time")
     yield ("n_dims_5.gguf", with_infos(
         [tinfo("a.weight", [8, 2, 1, 1, 1], F32_T, 0), DEFAULT_INFOS[1]]), "n_dims 5")
     yield ("zero_dim.gguf", with_infos(

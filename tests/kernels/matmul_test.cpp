@@ -8,9 +8,11 @@
 
 #include <cmath>
 #include <cstring>
+#include <random>
 #include <vector>
 
 #include "core/error.h"
+#include "core/fp16.h"
 #include "kernels/gemm/table.h"
 #include "kernels/ops/ops.h"
 #include "test_util.h"
@@ -26,6 +28,40 @@ struct QuantizedMatrix {
   WeightMatrix w;
 };
 
+// Types ridge reads but cannot quantize to: where in a block the scale sits and the
+// largest code it multiplies, so random blocks get random codes under a scale that keeps
+// weights within about +-1, as real ones are (random scale bits could be inf or NaN).
+struct RandomBlockScale {
+  DType type;
+  size_t offset;    // of the f16 scale
+  float max_code;   // the largest |code| it multiplies
+};
+constexpr RandomBlockScale kRandomBlockScales[] = {
+    {DType::IQ4_NL, 0, 127.0f},
+    {DType::IQ4_XS, 0, 32.0f * 127.0f},
+};
+
+const RandomBlockScale* random_block_scale(DType type) {
+  for (const RandomBlockScale& s : kRandomBlockScales)
+    if (s.type == type) return &s;
+  return nullptr;
+}
+
+// One row of random blocks of a type without a quantizer.
+void random_blocks(DType type, uint8_t* row, int64_t n_in, uint32_t seed) {
+  const RandomBlockScale* scale = random_block_scale(type);
+  const TypeTraits& traits = type_traits(type);
+  std::mt19937 rng(seed);
+  const size_t bytes = row_size(type, n_in);
+  for (size_t i = 0; i < bytes; ++i) row[i] = static_cast<uint8_t>(rng());
+  for (size_t b = 0; b < bytes / traits.type_size; ++b) {
+    uint8_t* at = row + b * traits.type_size + scale->offset;
+    const float magnitude = (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f) / scale->max_code;
+    const uint16_t h = fp32_to_fp16(rng() % 2 ? magnitude : -magnitude);
+    std::memcpy(at, &h, sizeof h);
+  }
+}
+
 QuantizedMatrix make_matrix(DType type, int64_t n_in, int64_t n_out, size_t padding = 0, uint32_t seed = 17) {
   const TypeTraits& traits = type_traits(type);
   const auto values = random_floats(static_cast<size_t>(n_in * n_out), seed);
@@ -35,6 +71,8 @@ QuantizedMatrix make_matrix(DType type, int64_t n_in, int64_t n_out, size_t padd
   for (int64_t o = 0; o < n_out; ++o) {
     if (type == DType::F32)
       std::memcpy(m.bytes.data() + o * row_bytes, values.data() + o * n_in, n_in * sizeof(float));
+    else if (traits.from_float == nullptr)
+      random_blocks(type, m.bytes.data() + o * row_bytes, n_in, seed * 7919u + static_cast<uint32_t>(o));
     else
       traits.from_float(values.data() + o * n_in, m.bytes.data() + o * row_bytes, n_in);
   }
@@ -44,7 +82,7 @@ QuantizedMatrix make_matrix(DType type, int64_t n_in, int64_t n_out, size_t padd
 
 bool can_test(DType type) {
   const TypeTraits& t = type_traits(type);
-  return type == DType::F32 || (t.to_float != nullptr && t.from_float != nullptr);
+  return type == DType::F32 || (t.to_float != nullptr && (t.from_float != nullptr || random_block_scale(type)));
 }
 
 // n_in for a type: a few blocks, odd where the block size allows it.
@@ -178,8 +216,39 @@ TEST_P(MatmulByType, TokenResultIndependentOfBatchAndThreads) {
 INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                            DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
-                                           DType::Q3_K, DType::NF4, DType::I8_ROWS),
+                                           DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4,
+                                           DType::TQ1_0, DType::TQ2_0, DType::NF4, DType::I8_ROWS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// Every GGUF type ridge reads either runs (it has a dequantizer, so at least the
+// dequantized-rows path) or is refused by check_weight_matrix, the loader's check, with a
+// message naming the tensor and the type.
+TEST(Matmul, TypesWithoutDequantizationAreRefusedNamingTensorAndType) {
+  int refused = 0;
+  for (uint32_t id = 0; id < kDTypeCount; ++id) {
+    if (!is_known_dtype(id)) continue;
+    const DType type = static_cast<DType>(id);
+    const TypeTraits& traits = type_traits(type);
+    const int64_t n_in = traits.block_size == 1 ? 256 : 2 * traits.block_size;
+    std::vector<uint8_t> bytes(row_size(type, n_in) * 3);
+    const WeightMatrix w{type, n_in, 3, bytes.data(), row_size(type, n_in)};
+    if (type == DType::F32 || traits.to_float != nullptr) {
+      EXPECT_NO_THROW(check_weight_matrix(w, "blk.0.attn_q.weight")) << traits.name;
+      continue;
+    }
+    ++refused;
+    try {
+      check_weight_matrix(w, "blk.0.attn_q.weight");
+      ADD_FAILURE() << traits.name << " has no dequantizer but was accepted";
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("blk.0.attn_q.weight"), std::string::npos) << message;
+      EXPECT_NE(message.find(std::string(traits.name) + " is not supported by ridge yet"), std::string::npos)
+          << message;
+    }
+  }
+  EXPECT_GT(refused, 0);  // the IQ2/IQ3/IQ1 families, NVFP4, Q1_0 and the integer types, for now
+}
 
 // The float mode: dequantized rows, f32 activations: as close to the double reference as
 // float accumulation allows, for every type, then back to the quantized default.

@@ -213,6 +213,61 @@ class _Tensors:
         self.items[name] = np.asarray(values, dtype=np.float32)
 
 
+IQ4_NL_VALUES = np.array([-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113],
+                         dtype=np.float32)
+
+
+def _nearest_iq4(x: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Codebook index nearest to x / scale, per element (scale broadcasts)."""
+    with np.errstate(divide="ignore", invalid="ignore"):
+        v = np.where(scale == 0, 0, x / scale)
+    return np.argmin(np.abs(v[..., None] - IQ4_NL_VALUES), axis=-1).astype(np.uint8)
+
+
+def quantize_codebook(rows: np.ndarray, qtype) -> np.ndarray:
+    """IQ4_NL / IQ4_XS blocks by the plain rule (scale from the largest magnitude, each
+    value to its nearest code), which gguf.quants lacks; llama-quantize searches scales
+    harder, but the layout is the same. Returns uint8 [..., row bytes]."""
+    import gguf
+
+    T = gguf.GGMLQuantizationType
+    lead, n = rows.shape[:-1], rows.shape[-1]
+    if qtype == T.IQ4_NL:
+        x = rows.reshape(-1, 32)
+        amax = np.take_along_axis(x, np.argmax(np.abs(x), axis=1)[:, None], axis=1)
+        d = (amax / -127).astype(np.float16)
+        q = _nearest_iq4(x, d.astype(np.float32))
+        qs = q[:, :16] | (q[:, 16:] << 4)
+        return np.concatenate([d.view(np.uint8), qs], axis=1).reshape(*lead, -1)
+    if qtype == T.IQ4_XS:
+        x = rows.reshape(-1, 8, 32)
+        amax = np.take_along_axis(x, np.argmax(np.abs(x), axis=2)[..., None], axis=2)[..., 0]  # [b, 8]
+        group = amax / -127
+        d = (np.max(np.abs(group), axis=1, keepdims=True) / 31).astype(np.float16)
+        d32 = d.astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ls = np.where(d32 == 0, 0, np.rint(group / d32))
+        ls = np.clip(ls, -32, 31).astype(np.int32) + 32                  # 6-bit, offset 32
+        q = _nearest_iq4(x, (d32 * (ls - 32))[..., None])                  # [b, 8, 32]
+        qs = (q[..., :16] | (q[..., 16:] << 4)).reshape(-1, 128)
+        scales_l = ((ls[:, 0::2] & 0xf) | ((ls[:, 1::2] & 0xf) << 4)).astype(np.uint8)
+        scales_h = np.zeros(len(ls), dtype=np.uint16)
+        for g in range(8):
+            scales_h |= ((ls[:, g] >> 4) & 3).astype(np.uint16) << (2 * g)
+        out = np.concatenate([d.view(np.uint8), scales_h[:, None].view(np.uint8), scales_l, qs], axis=1)
+        return out.reshape(*lead, -1)
+    raise ValueError(f"quantize_codebook: {qtype.name} is not a codebook type")
+
+
+def quantize_matrix(data: np.ndarray, qtype) -> np.ndarray:
+    import gguf
+    from gguf.quants import quantize
+
+    if qtype in (gguf.GGMLQuantizationType.IQ4_NL, gguf.GGMLQuantizationType.IQ4_XS):
+        return quantize_codebook(data, qtype)
+    return quantize(data, qtype)
+
+
 def write_model(path, family: str, **overrides) -> dict:
     """Writes a random-weight GGUF of `family` (a FAMILIES key) to `path` and returns what
     a test needs to know about it (arch, n_vocab, sliding_window, ...).
@@ -221,6 +276,10 @@ def write_model(path, family: str, **overrides) -> dict:
     "llama3", "linear", "yarn", "longrope"), plus dtype ("f32" | "f16"), seed (int),
     extra_metadata ({key: value}, written as given: str, float -> f32, bool, int -> u32),
     extra_tensors ({name: float32 array in numpy order}) and drop_tensors ([names]).
+
+    weights: a GGML type name ("TQ2_0", "IQ4_NL", ...) for the 2-D and expert matrices
+    whose rows fill whole blocks (not ffn_gate_inp): by gguf.quants where it quantizes the
+    type, else by quantize_codebook below, as a file from llama-quantize would carry them.
     """
     import gguf
 
@@ -232,11 +291,12 @@ def write_model(path, family: str, **overrides) -> dict:
     seed = overrides.pop("seed", zlib.crc32(family.encode()))
     extra_metadata = overrides.pop("extra_metadata", {})
     extra_tensors = overrides.pop("extra_tensors", {})
+    weights = overrides.pop("weights", None)
     drop_tensors = set(overrides.pop("drop_tensors", ()))
     for key, value in overrides.items():
         if key not in OVERRIDABLE:
             raise ValueError(f"unknown override '{key}' (known: {', '.join(OVERRIDABLE)}, dtype, seed, "
-                             f"extra_metadata, extra_tensors, drop_tensors)")
+                             f"extra_metadata, extra_tensors, drop_tensors, weights)")
         opts[key] = value
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
@@ -372,9 +432,15 @@ def write_model(path, family: str, **overrides) -> dict:
     missing = drop_tensors - set(t.items)
     if missing:
         raise ValueError(f"drop_tensors names tensors the {family} layout lacks: {sorted(missing)}")
+    qtype = gguf.GGMLQuantizationType[weights] if weights else None
     for name, data in t.items.items():
-        if name not in drop_tensors:
+        if name in drop_tensors:
+            continue
+        block = gguf.GGML_QUANT_SIZES[qtype][0] if qtype is not None else 0
+        if qtype is None or data.ndim < 2 or data.shape[-1] % block or name.endswith("ffn_gate_inp.weight"):
             writer.add_tensor(name, data)
+        else:
+            writer.add_tensor(name, quantize_matrix(data.astype(np.float32), qtype), raw_dtype=qtype)
     for name, data in extra_tensors.items():
         writer.add_tensor(name, np.asarray(data, dtype=np.float32))
 

@@ -63,6 +63,12 @@ CASES = [
     Case("qwen3moe", "qwen3moe", {"seed": 3}),    # the default seed has a 6e-6 routing near-tie
     Case("mixtral", "mixtral", {"dtype": "f16"}),
     Case("olmoe", "olmoe"),
+] + [
+    # Weight types that run as rows dequantized (no kernel of their own yet): a file with
+    # them loads and computes what the reference computes from the same bytes. Rows of 256
+    # so every block size fits.
+    Case(f"llama-{t.lower()}", "llama", {"n_embd": 256, "d_head": 64, "n_ff": 256, "weights": t})
+    for t in ("IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0")
 ]
 
 

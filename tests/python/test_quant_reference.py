@@ -21,14 +21,18 @@ from gguf.quants import dequantize, quantize
 F16_FIELDS = {
     QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q8_0: [0],
     QT.Q2_K: [80, 82], QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208],
+    QT.IQ4_NL: [0], QT.IQ4_XS: [0], QT.TQ1_0: [52], QT.TQ2_0: [64], QT.MXFP4: [],
 }
+# MXFP4's scale is an E8M0 exponent byte at offset 0; above 252, 2^(e-127) * 6 overflows
+# float32, so random scales stay at or below it (0 and 1, the subnormal scales, included).
+E8M0_FIELDS = {QT.MXFP4: [0]}
 # f16 bit patterns worth hitting on purpose: zeros, subnormals, smallest normal, one,
 # largest finite, and their negatives.
 EDGE_HALVES = np.array([0x0000, 0x8000, 0x0001, 0x03ff, 0x0400, 0x3c00, 0x7bff,
                         0x8001, 0x83ff, 0x8400, 0xbc00, 0xfbff], dtype=np.uint16)
 # Types gguf-py can quantize that we expect to match to the byte; checked below so a
 # gguf-py upgrade that adds or drops a quantizer is noticed.
-QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0]
+QUANTIZABLE = [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0, QT.TQ1_0, QT.TQ2_0, QT.MXFP4]
 
 
 def tool_path():
@@ -69,6 +73,9 @@ def random_blocks(rng, qtype, n_blocks):
     blocks[1, :] = 0xff    # all bits set in the codes (scales fixed below)
     for off in F16_FIELDS[qtype]:
         blocks[:, off:off + 2] = random_halves(rng, n_blocks).view(np.uint8).reshape(-1, 2)
+    for off in E8M0_FIELDS.get(qtype, []):
+        blocks[:, off] = rng.integers(0, 253, size=n_blocks)
+        blocks[:4, off] = [0, 252, 1, 127]
     return blocks
 
 
@@ -137,7 +144,8 @@ def test_gguf_quantizers_are_the_expected_set():
     x = np.zeros((1, 256), dtype=np.float32)
     can = []
     for qtype in [QT.F16, QT.BF16, QT.Q4_0, QT.Q4_1, QT.Q5_0, QT.Q5_1, QT.Q8_0,
-                  QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q8_K]:
+                  QT.Q2_K, QT.Q3_K, QT.Q4_K, QT.Q5_K, QT.Q6_K, QT.Q8_K,
+                  QT.TQ1_0, QT.TQ2_0, QT.MXFP4, QT.IQ4_NL, QT.IQ4_XS]:
         try:
             quantize(x, qtype)
             can.append(qtype)

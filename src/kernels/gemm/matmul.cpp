@@ -48,7 +48,9 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name) {
   if (traits.block_size == 0)
     throw Error(str_cat(name, ": unknown weight type id ", static_cast<uint32_t>(w.dtype)));
   if (w.dtype != DType::F32 && traits.to_float == nullptr)
-    throw Error(str_cat(name, ": matmul cannot dequantize weight type ", traits.name));
+    throw Error(str_cat(name, ": weight type ", traits.name, " is not supported by ridge yet (it cannot "
+                        "dequantize it); use a GGUF of the model in another type, or re-quantize the F16/BF16 "
+                        "file (ridge quantize, or llama-quantize to a K-quant)"));
   if (w.n_in <= 0 || w.n_out <= 0 || w.n_in % traits.block_size != 0)
     throw Error(str_cat(name, ": bad weight shape [", w.n_out, " x ", w.n_in, "] for type ",
                         traits.name, " (block size ", traits.block_size, ")"));
