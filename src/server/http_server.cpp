@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/embedding.h"
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/embeddings_api.h"
 #include "server/guarded_http.h"
@@ -197,6 +198,8 @@ struct Server::Impl {
   bool authorized(const httplib::Request& req, httplib::Response& res) const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_embeddings(const httplib::Request& req, httplib::Response& res);
+  // Anthropic's /v1/messages and /v1/messages/count_tokens, through the chat path.
+  void handle_messages(const httplib::Request& req, httplib::Response& res, MessagesEndpoint endpoint);
   std::shared_ptr<EmbeddingExchange> submit_embeddings(EmbeddingsRequest request);
   // Waits for every input's vector and writes the response; false when the client went away.
   bool relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const;
@@ -307,6 +310,12 @@ void Server::Impl::install_routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, Endpoint::kChatCompletions);
   });
+  http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_messages(req, res, MessagesEndpoint::kCreate);
+  });
+  http.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_messages(req, res, MessagesEndpoint::kCountTokens);
+  });
   http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(req, res);
   });
@@ -380,6 +389,13 @@ bool Server::Impl::allowed_by_policy(const httplib::Request& req, httplib::Respo
 
 bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
   if (options.api_key.empty() || !needs_api_key(req.path)) return true;
+  // Anthropic's clients send the key as x-api-key.
+  const std::string x_api_key = req.get_header_value("x-api-key");
+  if (req.get_header_value("Authorization").empty() && !x_api_key.empty()) {
+    if (same_secret(x_api_key, options.api_key)) return true;
+    send_error(res, ApiError(401, "Incorrect API key provided.", "", "invalid_api_key"));
+    return false;
+  }
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   if (header.empty()) {
@@ -605,6 +621,54 @@ bool Server::Impl::stream_tool_event(Exchange& ex, size_t choice, const StreamEv
       !write(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage, parser.n_calls() > 0)))
     return false;
   return true;
+}
+
+void Server::Impl::handle_messages(const httplib::Request& req, httplib::Response& res, MessagesEndpoint endpoint) {
+  auto fail = [&res](const ApiError& e) {
+    res.status = e.status;
+    res.set_content(dump_json(messages_error_json(e)), "application/json");
+  };
+  std::shared_ptr<Exchange> ex;
+  try {
+    ApiRequest request = parse_api_request(chat_body_from_messages(req.body, endpoint), Endpoint::kChatCompletions);
+    if (endpoint == MessagesEndpoint::kCountTokens) {
+      check_model(request.model);
+      PromptLimits limits{.n_ctx = engine.limits().max_request_tokens, .max_prompt_tokens = options.max_prompt_tokens};
+      const std::vector<RequestParams> params =
+          build_engine_requests(request, engine.tokenizer(), chat_template ? &*chat_template : nullptr, limits);
+      res.set_content(dump_json(json{{"input_tokens", params.at(0).prompt.size()}}), "application/json");
+      return;
+    }
+    ex = submit(std::move(request), Endpoint::kChatCompletions);
+  } catch (const ApiError& e) {
+    fail(e);
+    return;
+  } catch (const EngineError& e) {
+    if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
+    fail(ApiError(e.status, e.what(), e.param));
+    return;
+  } catch (const Error& e) {
+    fail(ApiError(400, e.what()));
+    return;
+  }
+  answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) {
+    bool ok = false;
+    try {
+      ok = relay(*ex, sink);
+    } catch (const std::exception& e) {
+      ok = write_failure(*ex, sink, 500, str_cat("Internal server error: ", e.what()));
+    }
+    ex->cancel_unfinished();
+    return ok;
+  });
+  // The chat answer (or its OpenAI-shaped error) in the Messages shape.
+  const json chat = json::parse(res.body, nullptr, false);
+  if (res.status != 200 || chat.is_discarded()) {
+    const std::string message = chat.is_object() && chat.contains("error") ? chat["error"].value("message", "") : res.body;
+    fail(ApiError(res.status == 200 ? 500 : res.status, message));
+    return;
+  }
+  res.set_content(dump_json(messages_response_json(chat, options.model_name)), "application/json");
 }
 
 std::shared_ptr<EmbeddingExchange> Server::Impl::submit_embeddings(EmbeddingsRequest request) {
