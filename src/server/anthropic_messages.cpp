@@ -157,7 +157,7 @@ std::string chat_body_from_messages(std::string_view body_text, MessagesEndpoint
     if (const ordered_json* v = find(body, key)) chat[key] = *v;
   if (const ordered_json* stream = find(body, "stream")) {
     if (!stream->is_boolean()) bad("stream", "must be a boolean");
-    if (stream->get<bool>()) throw ApiError(400, "'stream': streamed Messages responses are not supported yet.", "stream", "unsupported_value");
+    if (stream->get<bool>()) chat["stream"] = true, chat["stream_options"] = {{"include_usage", true}};
   }
   if (const ordered_json* tools = find(body, "tools"); tools != nullptr && !tools->empty()) chat["tools"] = chat_tools(*tools);
   if (const ordered_json* choice = find(body, "tool_choice")) {
@@ -212,6 +212,95 @@ json messages_response_json(const json& chat_response, const std::string& model)
           {"stop_reason", stop_reason},
           {"stop_sequence", nullptr},
           {"usage", {{"input_tokens", usage.at("prompt_tokens")}, {"output_tokens", usage.at("completion_tokens")}}}};
+}
+
+namespace {
+std::string event(const char* name, const json& data) { return str_cat("event: ", name, "\ndata: ", dump_json(data), "\n\n"); }
+}  // namespace
+
+MessagesStream::MessagesStream(std::string model, int64_t input_tokens)
+    : model_(std::move(model)), input_tokens_(input_tokens) {}
+
+std::string MessagesStream::close_block() {
+  if (open_type_.empty()) return "";
+  open_type_.clear();
+  return event("content_block_stop", {{"type", "content_block_stop"}, {"index", index_}});
+}
+
+std::string MessagesStream::feed(std::string_view chat_sse) {
+  pending_.append(chat_sse);
+  std::string out;
+  for (size_t end; (end = pending_.find("\n\n")) != std::string::npos;) {
+    std::string line = pending_.substr(0, end);
+    pending_.erase(0, end + 2);
+    if (line.rfind("data: ", 0) != 0) continue;
+    line.erase(0, 6);
+    if (line == "[DONE]") {
+      out += close_block();
+      out += event("message_delta", {{"type", "message_delta"},
+                                     {"delta", {{"stop_reason", stop_reason_}, {"stop_sequence", nullptr}}},
+                                     {"usage", {{"output_tokens", output_tokens_}}}});
+      out += event("message_stop", {{"type", "message_stop"}});
+      continue;
+    }
+    out += on_chunk(json::parse(line, nullptr, false));
+  }
+  return out;
+}
+
+std::string MessagesStream::on_chunk(const json& chunk) {
+  if (!chunk.is_object()) return "";
+  if (chunk.contains("error")) {
+    const json& e = chunk["error"];
+    return event("error", {{"type", "error"},
+                           {"error", {{"type", e.value("type", "") == "server_error" ? "api_error" : "overloaded_error"},
+                                      {"message", e.value("message", "")}}}});
+  }
+  if (chunk.contains("usage") && chunk["usage"].is_object()) output_tokens_ = chunk["usage"].value("completion_tokens", 0);
+  if (!chunk.contains("choices") || chunk["choices"].empty()) return "";
+  const json& choice = chunk["choices"][0];
+  const json& delta = choice.value("delta", json::object());
+  std::string out;
+  if (delta.contains("role")) {
+    out += event("message_start",
+                 {{"type", "message_start"},
+                  {"message", {{"id", random_id("msg_")}, {"type", "message"}, {"role", "assistant"}, {"model", model_},
+                               {"content", json::array()}, {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                               {"usage", {{"input_tokens", input_tokens_}, {"output_tokens", 0}}}}}});
+  }
+  if (delta.contains("content") && delta["content"].is_string() && !delta["content"].get<std::string>().empty()) {
+    if (open_type_ != "text") {
+      out += close_block();
+      open_type_ = "text";
+      ++index_;
+      out += event("content_block_start", {{"type", "content_block_start"}, {"index", index_},
+                                           {"content_block", {{"type", "text"}, {"text", ""}}}});
+    }
+    out += event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_},
+                                         {"delta", {{"type", "text_delta"}, {"text", delta["content"]}}}});
+  }
+  if (delta.contains("tool_calls") && delta["tool_calls"].is_array())
+    for (const json& call : delta["tool_calls"]) {
+      const json& function = call.value("function", json::object());
+      if (call.contains("id")) {  // a call's first chunk opens its block
+        out += close_block();
+        open_type_ = "tool_use";
+        ++index_;
+        out += event("content_block_start",
+                     {{"type", "content_block_start"}, {"index", index_},
+                      {"content_block", {{"type", "tool_use"}, {"id", random_id("toolu_")},
+                                         {"name", function.value("name", "")}, {"input", json::object()}}}});
+      }
+      const std::string arguments = function.value("arguments", "");
+      if (!arguments.empty())
+        out += event("content_block_delta", {{"type", "content_block_delta"}, {"index", index_},
+                                             {"delta", {{"type", "input_json_delta"}, {"partial_json", arguments}}}});
+    }
+  if (choice.contains("finish_reason") && choice["finish_reason"].is_string()) {
+    const std::string finish = choice["finish_reason"];
+    stop_reason_ = finish == "tool_calls" ? "tool_use" : finish == "length" ? "max_tokens" : "end_turn";
+  }
+  return out;
 }
 
 json messages_error_json(const ApiError& error) {

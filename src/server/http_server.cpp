@@ -53,6 +53,7 @@ struct Exchange {
   std::vector<bool> finished;
   std::vector<size_t> text_offsets;  // completions logprobs: characters of the tokens so far per choice
   int failure_status = 0;            // not 0: an error body with this status replaced the result
+  int64_t prompt_tokens = 0;         // the first choice's prompt as prefilled (Anthropic's input_tokens)
   // Chat with tools: the syntax of the model's calls, and per choice (streaming) the
   // parser that splits its text into content and calls.
   ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
@@ -448,6 +449,7 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
   auto ex = std::make_shared<Exchange>();
   ex->meta = make_response_meta(endpoint, options.model_name, spec_method);
   ex->request = std::move(request);
+  ex->prompt_tokens = params.empty() ? 0 : static_cast<int64_t>(params[0].prompt.size());
   ex->streams = engine.submit(std::move(params));  // all or nothing: n choices are one request
   ex->finished.assign(ex->streams.size(), false);
   ex->results.resize(ex->streams.size());
@@ -649,6 +651,32 @@ void Server::Impl::handle_messages(const httplib::Request& req, httplib::Respons
     return;
   } catch (const Error& e) {
     fail(ApiError(400, e.what()));
+    return;
+  }
+  if (ex->request.stream) {
+    // The chat stream, re-told as Anthropic's events on the way out.
+    auto told = std::make_shared<MessagesStream>(options.model_name, ex->prompt_tokens);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, ex, told](size_t, httplib::DataSink& sink) {
+          httplib::DataSink retold;
+          retold.write = [&sink, told](const char* data, size_t n) {
+            const std::string out = told->feed(std::string_view(data, n));
+            return out.empty() || sink.write(out.data(), out.size());
+          };
+          retold.is_writable = [&sink] { return sink.is_writable(); };
+          bool ok = false;
+          try {
+            ok = relay(*ex, retold);
+          } catch (const std::exception& e) {
+            ok = write_failure(*ex, retold, 500, str_cat("Internal server error: ", e.what()));
+          }
+          ex->cancel_unfinished();
+          if (ok) sink.done();
+          return ok;
+        },
+        [ex](bool) { ex->cancel_unfinished(); });
     return;
   }
   answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) {

@@ -93,3 +93,47 @@ def test_wrong_key_is_refused(qwen):
     bad = anthropic.Anthropic(base_url=qwen.base_url, api_key="wrong", max_retries=0)
     with pytest.raises(anthropic.AuthenticationError):
         bad.messages.create(model="qwen", max_tokens=4, messages=QUESTION)
+
+
+def test_streamed_text_equals_whole(client, qwen):
+    kwargs = dict(model="qwen", max_tokens=24, extra_body=GREEDY, messages=[{"role": "user", "content": "Say hello."}])
+    whole = client.messages.create(**kwargs)
+    with client.messages.stream(**kwargs) as stream:
+        text = "".join(stream.text_stream)
+        final = stream.get_final_message()
+    assert text == whole.content[0].text
+    assert final.stop_reason == whole.stop_reason
+    assert final.usage.output_tokens == whole.usage.output_tokens
+    assert final.usage.input_tokens == whole.usage.input_tokens
+
+
+def test_streamed_event_sequence(qwen):
+    import json
+    import urllib.request
+    body = {"model": "qwen", "max_tokens": 48, "stream": True, "temperature": 0, "messages": QUESTION,
+            "tools": [WEATHER_TOOL], "tool_choice": {"type": "tool", "name": "get_current_weather"}}
+    req = urllib.request.Request(qwen.base_url + "/v1/messages", data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "x-api-key": "sk-test",
+                                          "anthropic-version": "2023-06-01"})
+    with urllib.request.urlopen(req, timeout=120) as r:
+        events = [e for e in r.read().decode().split("\n\n") if e]
+    names = [e.split("\n")[0].removeprefix("event: ") for e in events]
+    datas = [json.loads(e.split("\n")[1].removeprefix("data: ")) for e in events]
+    assert names[0] == "message_start" and names[-2:] == ["message_delta", "message_stop"]
+    assert all(n == d["type"] for n, d in zip(names, datas))
+    # Each block closed before the next opens.
+    open_index = None
+    for d in datas:
+        if d["type"] == "content_block_start":
+            assert open_index is None
+            open_index = d["index"]
+        elif d["type"] == "content_block_stop":
+            assert d["index"] == open_index
+            open_index = None
+    assert open_index is None
+    tool = [d for d in datas if d["type"] == "content_block_start" and d["content_block"]["type"] == "tool_use"]
+    assert len(tool) == 1 and tool[0]["content_block"]["name"] == "get_current_weather"
+    partial = "".join(d["delta"]["partial_json"] for d in datas
+                      if d["type"] == "content_block_delta" and d["delta"]["type"] == "input_json_delta")
+    assert "city" in json.loads(partial)
+    assert datas[-2]["delta"]["stop_reason"] == "tool_use"

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <vector>
 
 #include "server/openai_request.h"
 
@@ -112,6 +113,25 @@ TEST(MessagesResponse, ChatResponseBecomesMessage) {
   length["choices"][0]["message"].erase("tool_calls");
   length["choices"][0]["finish_reason"] = "length";
   EXPECT_EQ(messages_response_json(length, "model")["stop_reason"], "max_tokens");
+}
+
+TEST(MessagesStream, ChatChunksBecomeAnthropicEvents) {
+  MessagesStream stream("m", 9);
+  std::string out = stream.feed(R"(data: {"choices":[{"index":0,"delta":{"role":"assistant"}}]})" "\n\n");
+  out += stream.feed(R"(data: {"choices":[{"index":0,"delta":{"content":"Hi"}}]})" "\n\ndata: {\"choices\":[{\"index\":0,");
+  out += stream.feed(R"("delta":{"tool_calls":[{"index":0,"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]}}]})" "\n\n");
+  out += stream.feed(R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]})" "\n\n");
+  out += stream.feed(R"(data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":4}})" "\n\ndata: [DONE]\n\n");
+  std::vector<std::string> names;
+  for (size_t at = 0; (at = out.find("event: ", at)) != std::string::npos; at += 7)
+    names.push_back(out.substr(at + 7, out.find('\n', at) - at - 7));
+  EXPECT_EQ(names, (std::vector<std::string>{"message_start", "content_block_start", "content_block_delta",
+                                             "content_block_stop", "content_block_start", "content_block_delta",
+                                             "content_block_stop", "message_delta", "message_stop"}));
+  EXPECT_NE(out.find(R"("input_tokens":9)"), std::string::npos);
+  EXPECT_NE(out.find(R"("stop_reason":"tool_use")"), std::string::npos);
+  EXPECT_NE(out.find(R"("usage":{"output_tokens":4})"), std::string::npos);
+  EXPECT_NE(out.find(R"({"partial_json":"{}","type":"input_json_delta"})"), std::string::npos);
 }
 
 TEST(MessagesError, AnthropicShape) {
