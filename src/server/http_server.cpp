@@ -390,6 +390,12 @@ bool Server::Impl::allowed_by_policy(const httplib::Request& req, httplib::Respo
 
 bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
   if (options.api_key.empty() || !needs_api_key(req.path)) return true;
+  // Anthropic's clients read their own error shape.
+  auto send_error = [&req](httplib::Response& res, const ApiError& e) {
+    if (req.path.rfind("/v1/messages", 0) != 0) return ridge::server::send_error(res, e);
+    res.status = e.status;
+    res.set_content(dump_json(messages_error_json(e)), "application/json");
+  };
   // Anthropic's clients send the key as x-api-key.
   const std::string x_api_key = req.get_header_value("x-api-key");
   if (req.get_header_value("Authorization").empty() && !x_api_key.empty()) {

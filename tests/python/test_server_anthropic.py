@@ -91,8 +91,9 @@ def test_bad_request_names_the_field(client):
 def test_wrong_key_is_refused(qwen):
     anthropic = pytest.importorskip("anthropic")
     bad = anthropic.Anthropic(base_url=qwen.base_url, api_key="wrong", max_retries=0)
-    with pytest.raises(anthropic.AuthenticationError):
+    with pytest.raises(anthropic.AuthenticationError) as err:
         bad.messages.create(model="qwen", max_tokens=4, messages=QUESTION)
+    assert err.value.body["error"]["type"] == "authentication_error"
 
 
 def test_streamed_text_equals_whole(client, qwen):
