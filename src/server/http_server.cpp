@@ -8,6 +8,7 @@
 #include <random>
 
 #include "engine/embedding.h"
+#include "server/anthropic_messages.h"
 #include "server/api_error.h"
 #include "server/embeddings_api.h"
 #include "server/guarded_http.h"
@@ -52,6 +53,7 @@ struct Exchange {
   std::vector<bool> finished;
   std::vector<size_t> text_offsets;  // completions logprobs: characters of the tokens so far per choice
   int failure_status = 0;            // not 0: an error body with this status replaced the result
+  int64_t prompt_tokens = 0;         // the first choice's prompt as prefilled (Anthropic's input_tokens)
   // Chat with tools: the syntax of the model's calls, and per choice (streaming) the
   // parser that splits its text into content and calls.
   ToolCallSyntax tool_syntax = ToolCallSyntax::kNone;
@@ -197,6 +199,8 @@ struct Server::Impl {
   bool authorized(const httplib::Request& req, httplib::Response& res) const;
   void handle_generate(const httplib::Request& req, httplib::Response& res, Endpoint endpoint);
   void handle_embeddings(const httplib::Request& req, httplib::Response& res);
+  // Anthropic's /v1/messages and /v1/messages/count_tokens, through the chat path.
+  void handle_messages(const httplib::Request& req, httplib::Response& res, MessagesEndpoint endpoint);
   std::shared_ptr<EmbeddingExchange> submit_embeddings(EmbeddingsRequest request);
   // Waits for every input's vector and writes the response; false when the client went away.
   bool relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const;
@@ -307,6 +311,12 @@ void Server::Impl::install_routes() {
   http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     handle_generate(req, res, Endpoint::kChatCompletions);
   });
+  http.Post("/v1/messages", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_messages(req, res, MessagesEndpoint::kCreate);
+  });
+  http.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_messages(req, res, MessagesEndpoint::kCountTokens);
+  });
   http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(req, res);
   });
@@ -380,6 +390,19 @@ bool Server::Impl::allowed_by_policy(const httplib::Request& req, httplib::Respo
 
 bool Server::Impl::authorized(const httplib::Request& req, httplib::Response& res) const {
   if (options.api_key.empty() || !needs_api_key(req.path)) return true;
+  // Anthropic's clients read their own error shape.
+  auto send_error = [&req](httplib::Response& res, const ApiError& e) {
+    if (req.path.rfind("/v1/messages", 0) != 0) return ridge::server::send_error(res, e);
+    res.status = e.status;
+    res.set_content(dump_json(messages_error_json(e)), "application/json");
+  };
+  // Anthropic's clients send the key as x-api-key.
+  const std::string x_api_key = req.get_header_value("x-api-key");
+  if (req.get_header_value("Authorization").empty() && !x_api_key.empty()) {
+    if (same_secret(x_api_key, options.api_key)) return true;
+    send_error(res, ApiError(401, "Incorrect API key provided.", "", "invalid_api_key"));
+    return false;
+  }
   const std::string header = req.get_header_value("Authorization");
   const std::string prefix = "Bearer ";
   if (header.empty()) {
@@ -432,6 +455,7 @@ std::shared_ptr<Exchange> Server::Impl::submit(ApiRequest request, Endpoint endp
   auto ex = std::make_shared<Exchange>();
   ex->meta = make_response_meta(endpoint, options.model_name, spec_method);
   ex->request = std::move(request);
+  ex->prompt_tokens = params.empty() ? 0 : static_cast<int64_t>(params[0].prompt.size());
   ex->streams = engine.submit(std::move(params));  // all or nothing: n choices are one request
   ex->finished.assign(ex->streams.size(), false);
   ex->results.resize(ex->streams.size());
@@ -605,6 +629,80 @@ bool Server::Impl::stream_tool_event(Exchange& ex, size_t choice, const StreamEv
       !write(finish_chunk(ex.meta, index, event.finish_reason, ex.request.include_usage, parser.n_calls() > 0)))
     return false;
   return true;
+}
+
+void Server::Impl::handle_messages(const httplib::Request& req, httplib::Response& res, MessagesEndpoint endpoint) {
+  auto fail = [&res](const ApiError& e) {
+    res.status = e.status;
+    res.set_content(dump_json(messages_error_json(e)), "application/json");
+  };
+  std::shared_ptr<Exchange> ex;
+  try {
+    ApiRequest request = parse_api_request(chat_body_from_messages(req.body, endpoint), Endpoint::kChatCompletions);
+    if (endpoint == MessagesEndpoint::kCountTokens) {
+      check_model(request.model);
+      PromptLimits limits{.n_ctx = engine.limits().max_request_tokens, .max_prompt_tokens = options.max_prompt_tokens};
+      const std::vector<RequestParams> params =
+          build_engine_requests(request, engine.tokenizer(), chat_template ? &*chat_template : nullptr, limits);
+      res.set_content(dump_json(json{{"input_tokens", params.at(0).prompt.size()}}), "application/json");
+      return;
+    }
+    ex = submit(std::move(request), Endpoint::kChatCompletions);
+  } catch (const ApiError& e) {
+    fail(e);
+    return;
+  } catch (const EngineError& e) {
+    if (e.status == 429) res.set_header("Retry-After", std::to_string(options.retry_after_seconds));
+    fail(ApiError(e.status, e.what(), e.param));
+    return;
+  } catch (const Error& e) {
+    fail(ApiError(400, e.what()));
+    return;
+  }
+  if (ex->request.stream) {
+    // The chat stream, re-told as Anthropic's events on the way out.
+    auto told = std::make_shared<MessagesStream>(options.model_name, ex->prompt_tokens);
+    res.set_header("Cache-Control", "no-cache");
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [this, ex, told](size_t, httplib::DataSink& sink) {
+          httplib::DataSink retold;
+          retold.write = [&sink, told](const char* data, size_t n) {
+            const std::string out = told->feed(std::string_view(data, n));
+            return out.empty() || sink.write(out.data(), out.size());
+          };
+          retold.is_writable = [&sink] { return sink.is_writable(); };
+          bool ok = false;
+          try {
+            ok = relay(*ex, retold);
+          } catch (const std::exception& e) {
+            ok = write_failure(*ex, retold, 500, str_cat("Internal server error: ", e.what()));
+          }
+          ex->cancel_unfinished();
+          if (ok) sink.done();
+          return ok;
+        },
+        [ex](bool) { ex->cancel_unfinished(); });
+    return;
+  }
+  answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) {
+    bool ok = false;
+    try {
+      ok = relay(*ex, sink);
+    } catch (const std::exception& e) {
+      ok = write_failure(*ex, sink, 500, str_cat("Internal server error: ", e.what()));
+    }
+    ex->cancel_unfinished();
+    return ok;
+  });
+  // The chat answer (or its OpenAI-shaped error) in the Messages shape.
+  const json chat = json::parse(res.body, nullptr, false);
+  if (res.status != 200 || chat.is_discarded()) {
+    const std::string message = chat.is_object() && chat.contains("error") ? chat["error"].value("message", "") : res.body;
+    fail(ApiError(res.status == 200 ? 500 : res.status, message));
+    return;
+  }
+  res.set_content(dump_json(messages_response_json(chat, options.model_name)), "application/json");
 }
 
 std::shared_ptr<EmbeddingExchange> Server::Impl::submit_embeddings(EmbeddingsRequest request) {
