@@ -208,6 +208,9 @@ struct Server::Impl {
   std::shared_ptr<Exchange> submit(ApiRequest request, Endpoint endpoint);
   // Relays events until every choice finishes; false when the client went away.
   bool relay(Exchange& ex, httplib::DataSink& sink) const;
+  // relay, an exception turned into a 500 (an SSE error event once streaming), and the
+  // request's unfinished choices cancelled; false: the client is gone.
+  bool relay_or_fail(Exchange& ex, httplib::DataSink& sink) const;
   bool on_event(Exchange& ex, size_t choice, const StreamEvent& event, httplib::DataSink& sink) const;
   // Streaming with tools: the event's text through the choice's parser, as content and
   // tool-call chunks.
@@ -482,16 +485,7 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
     send_error(res, ApiError(400, e.what()));
     return;
   }
-  auto relay_or_fail = [this, ex](httplib::DataSink& sink) {
-    bool ok = false;
-    try {
-      ok = relay(*ex, sink);
-    } catch (const std::exception& e) {
-      ok = write_failure(*ex, sink, 500, str_cat("Internal server error: ", e.what()));
-    }
-    ex->cancel_unfinished();
-    return ok;  // false: the client is gone
-  };
+  auto relay_or_fail = [this, ex](httplib::DataSink& sink) { return this->relay_or_fail(*ex, sink); };
   if (!ex->request.stream) {
     answer_whole(res, ex->failure_status, relay_or_fail);
     return;
@@ -507,6 +501,17 @@ void Server::Impl::handle_generate(const httplib::Request& req, httplib::Respons
         return ok;  // false drops the connection
       },
       [ex](bool) { ex->cancel_unfinished(); });
+}
+
+bool Server::Impl::relay_or_fail(Exchange& ex, httplib::DataSink& sink) const {
+  bool ok = false;
+  try {
+    ok = relay(ex, sink);
+  } catch (const std::exception& e) {
+    ok = write_failure(ex, sink, 500, str_cat("Internal server error: ", e.what()));
+  }
+  ex.cancel_unfinished();
+  return ok;
 }
 
 bool Server::Impl::write_failure(Exchange& ex, httplib::DataSink& sink, int status, const std::string& message) {
@@ -672,13 +677,7 @@ void Server::Impl::handle_messages(const httplib::Request& req, httplib::Respons
             return out.empty() || sink.write(out.data(), out.size());
           };
           retold.is_writable = [&sink] { return sink.is_writable(); };
-          bool ok = false;
-          try {
-            ok = relay(*ex, retold);
-          } catch (const std::exception& e) {
-            ok = write_failure(*ex, retold, 500, str_cat("Internal server error: ", e.what()));
-          }
-          ex->cancel_unfinished();
+          const bool ok = relay_or_fail(*ex, retold);
           if (ok) sink.done();
           return ok;
         },
