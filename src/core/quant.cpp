@@ -33,7 +33,15 @@ void register_quant_functions(std::array<TypeTraits, kDTypeCount>& table) {
   set(DType::Q8_K, dequantize_row_q8_k, quantize_row_q8_k);
   set(DType::IQ4_NL, dequantize_row_iq4_nl, nullptr);
   set(DType::IQ4_XS, dequantize_row_iq4_xs, nullptr);
+  set(DType::IQ2_XXS, dequantize_row_iq2_xxs, nullptr);
+  set(DType::IQ2_XS, dequantize_row_iq2_xs, nullptr);
+  set(DType::IQ2_S, dequantize_row_iq2_s, nullptr);
+  set(DType::IQ3_XXS, dequantize_row_iq3_xxs, nullptr);
+  set(DType::IQ3_S, dequantize_row_iq3_s, nullptr);
+  set(DType::IQ1_S, dequantize_row_iq1_s, nullptr);
+  set(DType::IQ1_M, dequantize_row_iq1_m, nullptr);
   set(DType::MXFP4, dequantize_row_mxfp4, quantize_row_mxfp4);
+  set(DType::NVFP4, dequantize_row_nvfp4, nullptr);
   set(DType::TQ1_0, dequantize_row_tq1_0, quantize_row_tq1_0);
   set(DType::TQ2_0, dequantize_row_tq2_0, quantize_row_tq2_0);
 }

@@ -161,6 +161,89 @@ struct BlockTQ2_0 {
   uint16_t d;                  // f16 scale
 };
 
+// The IQ grid types (core/quant_grids.h holds their grids): each code picks a row of 8
+// (IQ3: 4) magnitudes from a lattice, then a sign bit and a group scale apply to each
+// value. Multi-byte codes are little-endian.
+
+// 8 groups of 32, each two little-endian uint32 at qs[8g]: the first holds four 8-bit
+// kIq2xxsGrid rows (8 values each), the second four 7-bit kIq2Signs indices (bits 7k)
+// and a 4-bit scale s (top bits): x = d * (0.5 + s) / 4 * grid * sign.
+struct BlockIQ2_XXS {
+  uint16_t d;                  // f16 scale of the scales
+  uint8_t qs[kQK_K / 4];
+};
+
+// 32 little-endian uint16 codes of 8 values: a 9-bit kIq2xsGrid row and a 7-bit
+// kIq2Signs index (top bits). Codes 2k, 2k+1 share the 4-bit scale s in nibble k % 2 of
+// scales[k / 2]: x = d * (0.5 + s) / 4 * grid * sign.
+struct BlockIQ2_XS {
+  uint16_t d;                  // f16 scale of the scales
+  uint16_t qs[kQK_K / 8];
+  uint8_t scales[kQK_K / 32];
+};
+
+// As IQ2_XS, with 10-bit kIq2sGrid rows (low 8 bits in qs[i], top 2 at bits 2(i%4) of
+// qh[i/4]) and one explicit sign byte per 8 values (bit j: value j is negative).
+struct BlockIQ2_S {
+  uint16_t d;                  // f16 scale of the scales
+  uint8_t qs[kQK_K / 8];
+  uint8_t signs[kQK_K / 8];
+  uint8_t qh[kQK_K / 32];
+  uint8_t scales[kQK_K / 32];
+};
+
+// 64 8-bit kIq3xxsGrid rows of 4 values; then per group g of 32 a little-endian uint32
+// holding four 7-bit kIq2Signs indices (one per 8 values) and a 4-bit scale s on top:
+// x = d * (0.5 + s) / 2 * grid * sign.
+struct BlockIQ3_XXS {
+  uint16_t d;                  // f16 scale of the scales
+  uint8_t qs[kQK_K / 4];
+  uint8_t scales_signs[kQK_K / 8];
+};
+
+// 64 9-bit kIq3sGrid rows of 4 values (low 8 bits in qs[i], bit 8 at bit i%8 of qh[i/8]),
+// one sign bit per value (bit e%8 of signs[e/8]), 4-bit scales s per group g of 32 in
+// nibble g%2 of scales[g/2]: x = d * (1 + 2s) * grid * sign.
+struct BlockIQ3_S {
+  uint16_t d;                  // f16 scale of the scales
+  uint8_t qs[kQK_K / 4];
+  uint8_t qh[kQK_K / 32];
+  uint8_t signs[kQK_K / 8];
+  uint8_t scales[kQK_K / 64];
+};
+
+// 32 11-bit kIq1sGrid rows of 8 values in {-1, 0, 1}: low 8 bits in qs[i], top 3 at bits
+// 3(i%4) of qh[i/4]. qh[g] also carries group g's 3-bit scale s (bits 12..14) and the sign
+// of its shift (bit 15): x = d * (2s + 1) * (grid + (bit 15 ? -1 : 1) * kIq1Delta).
+struct BlockIQ1_S {
+  uint16_t d;                  // f16 scale
+  uint8_t qs[kQK_K / 8];
+  uint16_t qh[kQK_K / 32];
+};
+
+// As IQ1_S, but code i's top 3 bits and shift sign (bit 3) are nibble i%2 of qh[i/2], and
+// codes 2k, 2k+1 share a 3-bit scale: field k (bits 3(k%4)) of the little-endian uint16
+// scales[2(k/4)]. The f16 d is the top nibbles of those four uint16, lowest first.
+struct BlockIQ1_M {
+  uint8_t qs[kQK_K / 8];
+  uint8_t qh[kQK_K / 16];
+  uint8_t scales[kQK_K / 32];
+};
+
+constexpr int kQKNvfp4 = 64;
+constexpr int kQKNvfp4Sub = 16;  // elements under one scale
+
+// NVIDIA FP4: 4 sub-blocks of 16 E2M1 values, each under an unsigned E4M3 scale (bias 7,
+// bit 7 ignored; 0x7F, E4M3's NaN, reads as zero). Sub-block s's codes are qs[8s..8s+7]:
+// element 16s + j in the low nibble, 16s + 8 + j in the high one.
+struct BlockNVFP4 {
+  uint8_t d[kQKNvfp4 / kQKNvfp4Sub];  // UE4M3 scales
+  uint8_t qs[kQKNvfp4 / 2];
+};
+
+// IQ1_S/IQ1_M shift every grid value by plus or minus this before scaling.
+inline constexpr float kIq1Delta = 0.125f;
+
 static_assert(sizeof(BlockQ4_0) == 18);
 static_assert(sizeof(BlockQ4_1) == 20);
 static_assert(sizeof(BlockQ5_0) == 22);
@@ -178,6 +261,14 @@ static_assert(sizeof(BlockIQ4_XS) == 136);
 static_assert(sizeof(BlockMXFP4) == 17);
 static_assert(sizeof(BlockTQ1_0) == 54);
 static_assert(sizeof(BlockTQ2_0) == 66);
+static_assert(sizeof(BlockIQ2_XXS) == 66);
+static_assert(sizeof(BlockIQ2_XS) == 74);
+static_assert(sizeof(BlockIQ2_S) == 82);
+static_assert(sizeof(BlockIQ3_XXS) == 98);
+static_assert(sizeof(BlockIQ3_S) == 110);
+static_assert(sizeof(BlockIQ1_S) == 50);
+static_assert(sizeof(BlockIQ1_M) == 56);
+static_assert(sizeof(BlockNVFP4) == 36);
 
 // IQ4_NL's codebook (also IQ4_XS's): 16 int8 levels, denser near zero.
 inline constexpr int8_t kIq4nlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,

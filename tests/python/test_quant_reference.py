@@ -9,6 +9,7 @@ Runs the C++ helper $RIDGE_BUILD_DIR/tests/quant_tool.
 import hashlib
 import os
 import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -22,7 +23,16 @@ F16_FIELDS = {
     QT.Q4_0: [0], QT.Q4_1: [0, 2], QT.Q5_0: [0], QT.Q5_1: [0, 2], QT.Q8_0: [0],
     QT.Q2_K: [80, 82], QT.Q3_K: [108], QT.Q4_K: [0, 2], QT.Q5_K: [0, 2], QT.Q6_K: [208],
     QT.IQ4_NL: [0], QT.IQ4_XS: [0], QT.TQ1_0: [52], QT.TQ2_0: [64], QT.MXFP4: [],
+    QT.IQ2_XXS: [0], QT.IQ2_XS: [0], QT.IQ2_S: [0], QT.IQ3_XXS: [0], QT.IQ3_S: [0],
+    QT.IQ1_S: [0], QT.IQ1_M: [], QT.NVFP4: [],
 }
+# IQ1_M keeps its f16 scale in the top nibbles of the four little-endian uint16 at this
+# offset, lowest nibble first; the bits below each nibble are the group scales.
+SPLIT_F16_FIELDS = {QT.IQ1_M: 48}
+# NVFP4's four scales are unsigned E4M3 bytes, all finite (0x7F, E4M3's NaN, reads as
+# zero; bit 7 is ignored), so random bytes serve; these are set on purpose too.
+UE4M3_FIELDS = {QT.NVFP4: 0}
+UE4M3_EDGES = np.array([0x00, 0x01, 0x07, 0x08, 0x38, 0x7e, 0x7f, 0x80, 0xff], dtype=np.uint8)
 # MXFP4's scale is an E8M0 exponent byte at offset 0; above 252, 2^(e-127) * 6 overflows
 # float32, so random scales stay at or below it (0 and 1, the subnormal scales, included).
 E8M0_FIELDS = {QT.MXFP4: [0]}
@@ -73,6 +83,17 @@ def random_blocks(rng, qtype, n_blocks):
     blocks[1, :] = 0xff    # all bits set in the codes (scales fixed below)
     for off in F16_FIELDS[qtype]:
         blocks[:, off:off + 2] = random_halves(rng, n_blocks).view(np.uint8).reshape(-1, 2)
+    if qtype in SPLIT_F16_FIELDS:
+        off = SPLIT_F16_FIELDS[qtype]
+        words = blocks[:, off:off + 8].copy().view(np.uint16)  # (n_blocks, 4)
+        halves = random_halves(rng, n_blocks).reshape(-1, 1)
+        nibbles = (halves >> np.array([0, 4, 8, 12], dtype=np.uint16)) & np.uint16(0xf)
+        words = (words & np.uint16(0x0fff)) | (nibbles << np.uint16(12))
+        blocks[:, off:off + 8] = words.view(np.uint8)
+    if qtype in UE4M3_FIELDS:
+        off = UE4M3_FIELDS[qtype]
+        blocks[2:2 + len(UE4M3_EDGES), off] = UE4M3_EDGES
+        blocks[2 + len(UE4M3_EDGES):2 + 2 * len(UE4M3_EDGES), off + 3] = UE4M3_EDGES
     for off in E8M0_FIELDS.get(qtype, []):
         blocks[:, off] = rng.integers(0, 253, size=n_blocks)
         blocks[:4, off] = [0, 252, 1, 127]
@@ -248,3 +269,11 @@ def test_quantize_matches_ggml_reference_bytes(tmp_path, name):
     qtype = QT[name.upper()]
     ours = run_tool(tmp_path, "quantize", qtype, k_quant_input().tobytes())
     assert hashlib.sha256(ours).hexdigest() == GGML_REF_SHA256[name]
+
+
+def test_generated_iq_grids_are_current():
+    """src/core/quant_grids.cpp is what scripts/gen-iq-grids writes from this gguf-py."""
+    root = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+    result = subprocess.run([sys.executable, os.path.join(root, "scripts", "gen-iq-grids"), "--check"],
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
