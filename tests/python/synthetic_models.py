@@ -259,12 +259,64 @@ def quantize_codebook(rows: np.ndarray, qtype) -> np.ndarray:
     raise ValueError(f"quantize_codebook: {qtype.name} is not a codebook type")
 
 
+def quantize_nvfp4(rows: np.ndarray) -> np.ndarray:
+    """NVFP4 blocks by ggml's reference rule (quantize_row_nvfp4_ref: per 16 values an
+    unsigned E4M3 scale of amax / 6, each value to its nearest E2M1 code), which gguf.quants
+    lacks. Returns uint8 [..., row bytes]."""
+    from gguf.quants import NVFP4
+
+    lead = rows.shape[:-1]
+    x = rows.reshape(-1, 4, 16).astype(np.float32)
+    ue = NVFP4.fp32_to_ue4m3(np.abs(x).max(axis=2) / np.float32(6)).astype(np.uint8)  # [b, 4]
+    d = NVFP4.ue4m3_to_fp32(ue).astype(np.float32)[..., None]
+    kvalues = np.array(NVFP4.kvalues, dtype=np.float32)
+    q = np.argmin(np.abs(d[..., None] * kvalues - x[..., None]), axis=-1).astype(np.uint8)  # [b, 4, 16]
+    qs = (q[..., :8] | (q[..., 8:] << 4)).reshape(-1, 32)
+    return np.concatenate([ue, qs], axis=1).reshape(*lead, -1)
+
+
+# The grid types, which neither gguf.quants nor ridge quantizes: (offset of the block's
+# f16 scale, the largest |grid value * group scale| it multiplies). IQ1_M keeps its f16 in
+# the top nibbles of the four uint16 at its offset.
+GRID_SCALES = {
+    "IQ2_XXS": (0, 15.5 / 4 * 43), "IQ2_XS": (0, 15.5 / 4 * 43), "IQ2_S": (0, 15.5 / 4 * 43),
+    "IQ3_XXS": (0, 15.5 / 2 * 62), "IQ3_S": (0, 31 * 15),
+    "IQ1_S": (0, 15 * 1.125), "IQ1_M": (48, 15 * 1.125),
+}
+
+
+def random_grid_blocks(rows: np.ndarray, qtype) -> np.ndarray:
+    """Grid-type blocks of random codes under scales that bound each block by its data's
+    largest magnitude: the layout and the size of weights a llama-quantize file carries,
+    though not values fitted to `rows` (a lattice search is beyond a test helper). The
+    codes are seeded from the data, so a file is the same on every run."""
+    import gguf
+
+    block, size = gguf.GGML_QUANT_SIZES[qtype]
+    x = rows.reshape(-1, block)
+    rng = np.random.default_rng(zlib.crc32(rows.tobytes()))
+    blocks = rng.integers(0, 256, size=(len(x), size), dtype=np.uint8)
+    offset, max_code = GRID_SCALES[qtype.name]
+    d = (np.abs(x).max(axis=1) / max_code).astype(np.float16).view(np.uint16)
+    if qtype.name == "IQ1_M":
+        words = blocks[:, offset:offset + 8].copy().view(np.uint16)
+        nibbles = (d[:, None] >> np.array([0, 4, 8, 12], dtype=np.uint16)) & np.uint16(0xf)
+        blocks[:, offset:offset + 8] = ((words & np.uint16(0x0fff)) | (nibbles << np.uint16(12))).view(np.uint8)
+    else:
+        blocks[:, offset:offset + 2] = d.view(np.uint8).reshape(-1, 2)
+    return blocks.reshape(*rows.shape[:-1], -1)
+
+
 def quantize_matrix(data: np.ndarray, qtype) -> np.ndarray:
     import gguf
     from gguf.quants import quantize
 
     if qtype in (gguf.GGMLQuantizationType.IQ4_NL, gguf.GGMLQuantizationType.IQ4_XS):
         return quantize_codebook(data, qtype)
+    if qtype == gguf.GGMLQuantizationType.NVFP4:
+        return quantize_nvfp4(data)
+    if qtype.name in GRID_SCALES:
+        return random_grid_blocks(data, qtype)
     return quantize(data, qtype)
 
 
@@ -279,7 +331,8 @@ def write_model(path, family: str, **overrides) -> dict:
 
     weights: a GGML type name ("TQ2_0", "IQ4_NL", ...) for the 2-D and expert matrices
     whose rows fill whole blocks (not ffn_gate_inp): by gguf.quants where it quantizes the
-    type, else by quantize_codebook below, as a file from llama-quantize would carry them.
+    type, else by quantize_codebook or quantize_nvfp4 above, as a file from llama-quantize
+    would carry them; the grid types (IQ2_*, IQ3_*, IQ1_*) get random_grid_blocks.
     """
     import gguf
 

@@ -68,7 +68,8 @@ CASES = [
     # them loads and computes what the reference computes from the same bytes. Rows of 256
     # so every block size fits.
     Case(f"llama-{t.lower()}", "llama", {"n_embd": 256, "d_head": 64, "n_ff": 256, "weights": t})
-    for t in ("IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0")
+    for t in ("IQ4_NL", "IQ4_XS", "MXFP4", "TQ1_0", "TQ2_0", "NVFP4",
+              "IQ2_XXS", "IQ2_XS", "IQ2_S", "IQ3_XXS", "IQ3_S", "IQ1_S", "IQ1_M")
 ]
 
 
