@@ -38,6 +38,22 @@ TEST(DType, BlockLayoutsMatchTheStructs) {
     EXPECT_NE(t.to_float, nullptr) << t.name << " should dequantize";
     EXPECT_NE(t.from_float, nullptr) << t.name << " should quantize";
   }
+  // Types ridge dequantizes, most without a quantizer of ours.
+  const Expected read_only[] = {
+      {DType::IQ4_NL, kQK4_NL, sizeof(BlockIQ4_NL)},   {DType::IQ4_XS, kQK_K, sizeof(BlockIQ4_XS)},
+      {DType::IQ2_XXS, kQK_K, sizeof(BlockIQ2_XXS)},   {DType::IQ2_XS, kQK_K, sizeof(BlockIQ2_XS)},
+      {DType::IQ2_S, kQK_K, sizeof(BlockIQ2_S)},       {DType::IQ3_XXS, kQK_K, sizeof(BlockIQ3_XXS)},
+      {DType::IQ3_S, kQK_K, sizeof(BlockIQ3_S)},       {DType::IQ1_S, kQK_K, sizeof(BlockIQ1_S)},
+      {DType::IQ1_M, kQK_K, sizeof(BlockIQ1_M)},       {DType::NVFP4, kQKNvfp4, sizeof(BlockNVFP4)},
+      {DType::MXFP4, kQKMxfp4, sizeof(BlockMXFP4)},    {DType::TQ1_0, kQK_K, sizeof(BlockTQ1_0)},
+      {DType::TQ2_0, kQK_K, sizeof(BlockTQ2_0)},
+  };
+  for (const Expected& e : read_only) {
+    const TypeTraits& t = type_traits(e.type);
+    EXPECT_EQ(t.block_size, e.block_size) << t.name;
+    EXPECT_EQ(t.type_size, e.type_size) << t.name;
+    EXPECT_NE(t.to_float, nullptr) << t.name << " should dequantize";
+  }
 }
 
 TEST(DType, GgufNumbering) {
@@ -85,7 +101,7 @@ TEST(DType, RowSize) {
 
 TEST(DType, UnimplementedFormatsHaveNoConversions) {
   // A null entry is how callers learn a format is not supported (yet).
-  EXPECT_EQ(type_traits(DType::IQ2_XXS).to_float, nullptr);
+  EXPECT_EQ(type_traits(DType::Q1_0).to_float, nullptr);
   EXPECT_EQ(type_traits(DType::IQ4_XS).from_float, nullptr);
   EXPECT_EQ(type_traits(DType::I32).to_float, nullptr);
 }

@@ -1,4 +1,4 @@
-// The codebook and ternary formats (core/quant_codebook.cpp) on hand-made blocks whose
+// The codebook, grid and ternary formats (core/quant_codebook.cpp) on hand-made blocks whose
 // values follow from the format by hand, and exact round trips of data each quantizer can
 // represent. Bit-exactness against gguf-py on random blocks is tests/python/
 // test_quant_reference.py; these pin the layouts without Python.
@@ -94,6 +94,50 @@ TEST(QuantCodebook, Tq1_0PacksFiveTritsAsABase3Fraction) {
     }
   }
   EXPECT_EQ(y[0], -1.0f);  // a zero byte is all trits 0: x = -d
+}
+
+TEST(QuantCodebook, Iq2xxsPicksGridRowsSignsAndAGroupScale) {
+  BlockIQ2_XXS b{};
+  b.d = fp32_to_fp16(1.0f);
+  // Group 0: rows 1, 0, 0, 0 (row 1 is 43 then seven 8s); sign index 1 for the first 8
+  // values (bit 0, plus bit 7 for an even count of minus signs); scale 3: (0.5 + 3) / 4.
+  const uint32_t rows = 1, signs_scale = (3u << 28) | 1u;
+  std::memcpy(b.qs, &rows, 4);
+  std::memcpy(b.qs + 4, &signs_scale, 4);
+  const auto y = dequantize(DType::IQ2_XXS, &b, 256);
+  EXPECT_EQ(y[0], -0.875f * 43);
+  EXPECT_EQ(y[1], 0.875f * 8);
+  EXPECT_EQ(y[7], -0.875f * 8);
+  EXPECT_EQ(y[8], 0.875f * 8);
+  EXPECT_EQ(y[32], 0.125f * 8);  // group 1: all zero bits, scale (0.5 + 0) / 4
+}
+
+TEST(QuantCodebook, Iq1mSpreadsItsF16ScaleOverTheScaleWords) {
+  BlockIQ1_M b{};
+  // d = 1.0 (0x3c00): nibbles 0, 0, 0xc, 0x3 on top of the four words; word 0's first
+  // 3-bit field is scale 1 for codes 0 and 1: 2 * 1 + 1 = 3.
+  const uint16_t words[4] = {1, 0, 0xc000, 0x3000};
+  std::memcpy(b.scales, words, sizeof words);
+  b.qh[0] = 0x80;  // code 0: shift +delta; code 1: its nibble's bit 3, shift -delta
+  const auto y = dequantize(DType::IQ1_M, &b, 256);
+  EXPECT_EQ(y[0], 3 * (-1 + 0.125f));  // grid row 0 is all -1
+  EXPECT_EQ(y[8], 3 * (-1 - 0.125f));
+  EXPECT_EQ(y[16], 1 * (-1 + 0.125f));  // codes 2, 3: scale field 1 of word 0 is 0
+}
+
+TEST(QuantCodebook, Nvfp4IsE2m1UnderE4m3SubBlockScales) {
+  BlockNVFP4 b{};
+  b.d[1] = 0x38;   // 2^0, halved against the doubled E2M1 table: 0.5
+  b.qs[8] = 0x97;  // element 16: 6 (code 7), element 24: -0.5 (code 9)
+  b.d[2] = 0x7f;   // E4M3's NaN reads as zero
+  b.qs[16] = 0x07;
+  b.d[3] = 0x01;   // the smallest subnormal, 2^-9
+  b.qs[24] = 0x07;
+  const auto y = dequantize(DType::NVFP4, &b, 64);
+  EXPECT_EQ(y[16], 6.0f);
+  EXPECT_EQ(y[24], -0.5f);
+  EXPECT_EQ(y[32], 0.0f);
+  EXPECT_EQ(y[48], 6.0f * 0x1p-9f);
 }
 
 TEST(QuantCodebook, TernaryAndMxfp4QuantizersRoundTripRepresentableData) {

@@ -183,7 +183,9 @@ TEST(GemmTable, EveryIsaCoversTheScalarTypesWithItsOwnInstructions) {
       EXPECT_EQ(k, &gemm_table(isa)[dtype_slot(type)]);
       EXPECT_EQ(k->block, type_traits(type).block_size) << dtype_name(type);
     }
-    for (DType type : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0})
+    for (DType type : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0,
+                       DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                       DType::IQ1_M, DType::NVFP4})
       EXPECT_EQ(gemm_kernel(type, isa), nullptr) << dtype_name(type) << " has no kernel: its rows run dequantized";
   }
 }

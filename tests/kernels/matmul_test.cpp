@@ -13,6 +13,7 @@
 
 #include "core/error.h"
 #include "core/fp16.h"
+#include "core/quant.h"
 #include "kernels/gemm/table.h"
 #include "kernels/ops/ops.h"
 #include "test_util.h"
@@ -31,14 +32,28 @@ struct QuantizedMatrix {
 // Types ridge reads but cannot quantize to: where in a block the scale sits and the
 // largest code it multiplies, so random blocks get random codes under a scale that keeps
 // weights within about +-1, as real ones are (random scale bits could be inf or NaN).
+enum class ScaleField {
+  kF16,         // an f16 at `offset`
+  kIq1mNibbles, // IQ1_M: an f16 in the top nibbles of four uint16 from `offset`
+  kUe4m3,       // NVFP4: four unsigned E4M3 bytes from `offset`, finite whatever the bits
+};
 struct RandomBlockScale {
   DType type;
-  size_t offset;    // of the f16 scale
-  float max_code;   // the largest |code| it multiplies
+  size_t offset;    // of the scale
+  float max_code;   // the largest |code| it multiplies (its group scale included)
+  ScaleField field = ScaleField::kF16;
 };
 constexpr RandomBlockScale kRandomBlockScales[] = {
     {DType::IQ4_NL, 0, 127.0f},
     {DType::IQ4_XS, 0, 32.0f * 127.0f},
+    {DType::IQ2_XXS, 0, 15.5f / 4 * 43},  // (0.5 + s) / 4 times grid values up to 43
+    {DType::IQ2_XS, 0, 15.5f / 4 * 43},
+    {DType::IQ2_S, 0, 15.5f / 4 * 43},
+    {DType::IQ3_XXS, 0, 15.5f / 2 * 62},
+    {DType::IQ3_S, 0, 31.0f * 15},        // (1 + 2s) times grid values up to 15
+    {DType::IQ1_S, 0, 15.0f * 1.125f},    // (2s + 1) times grid +- delta
+    {DType::IQ1_M, 48, 15.0f * 1.125f, ScaleField::kIq1mNibbles},
+    {DType::NVFP4, 0, 12.0f, ScaleField::kUe4m3},
 };
 
 const RandomBlockScale* random_block_scale(DType type) {
@@ -56,9 +71,22 @@ void random_blocks(DType type, uint8_t* row, int64_t n_in, uint32_t seed) {
   for (size_t i = 0; i < bytes; ++i) row[i] = static_cast<uint8_t>(rng());
   for (size_t b = 0; b < bytes / traits.type_size; ++b) {
     uint8_t* at = row + b * traits.type_size + scale->offset;
+    if (scale->field == ScaleField::kUe4m3) {
+      for (int s = 0; s < 4; ++s) at[s] = static_cast<uint8_t>(0x20 + rng() % 0x10);  // 2^-3 up to 2^-1, halved
+      continue;
+    }
     const float magnitude = (0.2f + 0.8f * static_cast<float>(rng() % 1000) / 1000.0f) / scale->max_code;
     const uint16_t h = fp32_to_fp16(rng() % 2 ? magnitude : -magnitude);
-    std::memcpy(at, &h, sizeof h);
+    if (scale->field == ScaleField::kF16) {
+      std::memcpy(at, &h, sizeof h);
+      continue;
+    }
+    for (int k = 0; k < 4; ++k) {  // kIq1mNibbles: nibble k of h on top of word k
+      uint16_t word;
+      std::memcpy(&word, at + 2 * k, sizeof word);
+      word = static_cast<uint16_t>((word & 0x0fff) | (((h >> (4 * k)) & 0xf) << 12));
+      std::memcpy(at + 2 * k, &word, sizeof word);
+    }
   }
 }
 
@@ -217,7 +245,9 @@ INSTANTIATE_TEST_SUITE_P(WeightTypes, MatmulByType,
                          ::testing::Values(DType::F32, DType::F16, DType::BF16, DType::Q8_0, DType::Q4_0,
                                            DType::Q5_0, DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K,
                                            DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4,
-                                           DType::TQ1_0, DType::TQ2_0, DType::NF4, DType::I8_ROWS),
+                                           DType::TQ1_0, DType::TQ2_0, DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S,
+                                           DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S, DType::IQ1_M, DType::NVFP4,
+                                           DType::NF4, DType::I8_ROWS),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 
 // Every GGUF type ridge reads either runs (it has a dequantizer, so at least the
@@ -247,7 +277,38 @@ TEST(Matmul, TypesWithoutDequantizationAreRefusedNamingTensorAndType) {
           << message;
     }
   }
-  EXPECT_GT(refused, 0);  // the IQ2/IQ3/IQ1 families, NVFP4, Q1_0 and the integer types, for now
+  EXPECT_GT(refused, 0);  // Q1_0 and the integer types, for now
+}
+
+// A type without a kernel of its own runs as the F32 matmul of its rows dequantized by
+// to_float: the same floats, bit for bit, as that matmul on a matrix of those rows.
+TEST(Matmul, TypesWithoutKernelsRunAsF32MatmulOfTheirDequantizedRows) {
+  for (DType type : {DType::Q2_K, DType::Q3_K, DType::IQ4_NL, DType::IQ4_XS, DType::MXFP4, DType::TQ1_0, DType::TQ2_0,
+                     DType::IQ2_XXS, DType::IQ2_XS, DType::IQ2_S, DType::IQ3_XXS, DType::IQ3_S, DType::IQ1_S,
+                     DType::IQ1_M, DType::NVFP4}) {
+    ASSERT_EQ(gemm_kernel(type, Isa::kScalar), nullptr) << dtype_name(type);
+    const int64_t n_in = odd_width(type), n_out = 21;
+    const QuantizedMatrix m = make_matrix(type, n_in, n_out);
+    std::vector<float> rows(static_cast<size_t>(n_in * n_out));
+    for (int64_t o = 0; o < n_out; ++o)
+      dequantize_row(type, m.bytes.data() + o * m.w.row_bytes, rows.data() + o * n_in, n_in);
+    const WeightMatrix f32{DType::F32, n_in, n_out, reinterpret_cast<const uint8_t*>(rows.data()),
+                           static_cast<size_t>(n_in) * sizeof(float)};
+    for (Isa isa : isas()) {
+      for (int64_t n_tokens : {1, 4, 13}) {
+        const auto x = random_floats(static_cast<size_t>(n_tokens * n_in), 41 + n_tokens);
+        ThreadPool pool(2);
+        Scratch scratch;
+        reserve(scratch, pool.n_threads(), m.w, n_tokens);
+        reserve(scratch, pool.n_threads(), f32, n_tokens);
+        std::vector<float> got(static_cast<size_t>(n_tokens * n_out)), want(got.size());
+        matmul_isa(m.w, x.data(), got.data(), n_tokens, pool, scratch, isa);
+        matmul_isa(f32, x.data(), want.data(), n_tokens, pool, scratch, isa);
+        for (size_t i = 0; i < got.size(); ++i)
+          ASSERT_EQ(got[i], want[i]) << dtype_name(type) << " " << isa_name(isa) << " output " << i;
+      }
+    }
+  }
 }
 
 // The float mode: dequantized rows, f32 activations: as close to the double reference as
