@@ -179,6 +179,10 @@ def test_client_gone_mid_stream_is_cancelled(qwen):
             "ignore_eos": True}
     s = qwen.open_stream("/v1/responses", body, headers=b"Authorization: Bearer sk-test\r\n",
                          until=b"response.output_text.delta")
+    # /metrics may trail the stream by a step.
+    deadline = time.monotonic() + 10
+    while qwen.metrics()["ridge_kv_blocks_used"] == idle["ridge_kv_blocks_used"] and time.monotonic() < deadline:
+        time.sleep(0.05)
     assert qwen.metrics()["ridge_kv_blocks_used"] > idle["ridge_kv_blocks_used"]
     s.close()
     t0 = time.monotonic()

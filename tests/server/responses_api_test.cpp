@@ -245,7 +245,7 @@ TEST(ResponsesStream, ChatChunksBecomeResponsesEvents) {
   const std::vector<Event> events = events_of(out);
   std::vector<std::string> names;
   for (const Event& e : events) names.push_back(e.name);
-  EXPECT_EQ(names, (std::vector<std::string>{
+  ASSERT_EQ(names, (std::vector<std::string>{
                        "response.created", "response.in_progress",
                        "response.output_item.added", "response.content_part.added",
                        "response.output_text.delta", "response.output_text.delta",
@@ -294,7 +294,7 @@ TEST(ResponsesStream, LengthIsIncompleteAndErrorsFail) {
       R"(data: {"choices":[{"index":0,"delta":{},"finish_reason":"length"}]})" "\n\n"
       R"(data: {"choices":[],"usage":{"prompt_tokens":9,"completion_tokens":1}})" "\n\ndata: [DONE]\n\n"));
   ASSERT_FALSE(events.empty());
-  EXPECT_EQ(events.back().name, "response.incomplete");
+  ASSERT_EQ(events.back().name, "response.incomplete");
   EXPECT_EQ(events.back().data["response"]["status"], "incomplete");
   EXPECT_EQ(events.back().data["response"]["incomplete_details"]["reason"], "max_output_tokens");
   EXPECT_EQ(events.back().data["response"]["output"][0]["status"], "incomplete");
