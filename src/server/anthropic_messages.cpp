@@ -1,8 +1,7 @@
 #include "server/anthropic_messages.h"
 
-#include <random>
-
 #include "core/error.h"
+#include "server/openai_response.h"
 
 namespace ridge::server {
 
@@ -116,14 +115,6 @@ ordered_json chat_tools(const ordered_json& tools) {
   return out;
 }
 
-std::string random_id(const char* prefix) {
-  static constexpr char kChars[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += kChars[rng() % (sizeof(kChars) - 1)];
-  return id;
-}
-
 }  // namespace
 
 std::string chat_body_from_messages(std::string_view body_text, MessagesEndpoint endpoint) {
@@ -215,7 +206,7 @@ json messages_response_json(const json& chat_response, const std::string& model)
 }
 
 namespace {
-std::string event(const char* name, const json& data) { return str_cat("event: ", name, "\ndata: ", dump_json(data), "\n\n"); }
+std::string event(const char* name, const json& data) { return named_sse_event(name, data); }
 }  // namespace
 
 MessagesStream::MessagesStream(std::string model, int64_t input_tokens)
@@ -228,13 +219,8 @@ std::string MessagesStream::close_block() {
 }
 
 std::string MessagesStream::feed(std::string_view chat_sse) {
-  pending_.append(chat_sse);
   std::string out;
-  for (size_t end; (end = pending_.find("\n\n")) != std::string::npos;) {
-    std::string line = pending_.substr(0, end);
-    pending_.erase(0, end + 2);
-    if (line.rfind("data: ", 0) != 0) continue;
-    line.erase(0, 6);
+  for (const std::string& line : take_sse_data(pending_, chat_sse)) {
     if (line == "[DONE]") {
       out += close_block();
       out += event("message_delta", {{"type", "message_delta"},

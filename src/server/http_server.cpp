@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <random>
@@ -15,6 +16,7 @@
 #include "server/metrics_text.h"
 #include "server/openai_request.h"
 #include "server/openai_response.h"
+#include "server/responses_api.h"
 #include "server/tokenize_api.h"
 #include "server/web_assets.h"
 
@@ -201,6 +203,15 @@ struct Server::Impl {
   void handle_embeddings(const httplib::Request& req, httplib::Response& res);
   // Anthropic's /v1/messages and /v1/messages/count_tokens, through the chat path.
   void handle_messages(const httplib::Request& req, httplib::Response& res, MessagesEndpoint endpoint);
+  // OpenAI's /v1/responses, through the chat path.
+  void handle_responses(const httplib::Request& req, httplib::Response& res);
+  // The answer of a protocol told over the chat path (Messages, Responses): streaming, the
+  // chat SSE re-told by `retell` on its way out; whole, the chat response JSON converted by
+  // `convert` (to the body text), and an error (the chat path's, or a failed relay) written by `fail`.
+  void answer_retold(const std::shared_ptr<Exchange>& ex, httplib::Response& res,
+                     std::function<std::string(std::string_view)> retell,
+                     const std::function<std::string(const json&)>& convert,
+                     const std::function<void(const ApiError&)>& fail);
   std::shared_ptr<EmbeddingExchange> submit_embeddings(EmbeddingsRequest request);
   // Waits for every input's vector and writes the response; false when the client went away.
   bool relay_embeddings(EmbeddingExchange& ex, httplib::DataSink& sink) const;
@@ -319,6 +330,9 @@ void Server::Impl::install_routes() {
   });
   http.Post("/v1/messages/count_tokens", [this](const httplib::Request& req, httplib::Response& res) {
     handle_messages(req, res, MessagesEndpoint::kCountTokens);
+  });
+  http.Post("/v1/responses", [this](const httplib::Request& req, httplib::Response& res) {
+    handle_responses(req, res);
   });
   http.Post("/v1/embeddings", [this](const httplib::Request& req, httplib::Response& res) {
     handle_embeddings(req, res);
@@ -664,16 +678,48 @@ void Server::Impl::handle_messages(const httplib::Request& req, httplib::Respons
     fail(ApiError(400, e.what()));
     return;
   }
+  auto told = std::make_shared<MessagesStream>(options.model_name, ex->prompt_tokens);
+  answer_retold(
+      ex, res, [told](std::string_view chat_sse) { return told->feed(chat_sse); },
+      [this](const json& chat) { return dump_json(messages_response_json(chat, options.model_name)); }, fail);
+}
+
+void Server::Impl::handle_responses(const httplib::Request& req, httplib::Response& res) {
+  std::shared_ptr<Exchange> ex;
+  ResponseJson echo;
+  try {
+    ResponsesRequest request = parse_responses_request(req.body);
+    echo = std::move(request.echo);
+    ex = submit(std::move(request.chat), Endpoint::kChatCompletions);
+  } catch (const ApiError& e) {
+    send_error(res, responses_error(e));
+    return;
+  } catch (const EngineError& e) {
+    send_engine_error(res, e, responses_error(ApiError(e.status, e.what(), e.param)).param, options.retry_after_seconds);
+    return;
+  } catch (const Error& e) {
+    send_error(res, ApiError(400, e.what()));
+    return;
+  }
+  auto told = std::make_shared<ResponsesStream>(echo, options.model_name);
+  answer_retold(
+      ex, res, [told](std::string_view chat_sse) { return told->feed(chat_sse); },
+      [this, echo](const json& chat) { return dump_json(responses_object(chat, echo, options.model_name)); },
+      [&res](const ApiError& e) { send_error(res, e); });
+}
+
+void Server::Impl::answer_retold(const std::shared_ptr<Exchange>& ex, httplib::Response& res,
+                                 std::function<std::string(std::string_view)> retell,
+                                 const std::function<std::string(const json&)>& convert,
+                                 const std::function<void(const ApiError&)>& fail) {
   if (ex->request.stream) {
-    // The chat stream, re-told as Anthropic's events on the way out.
-    auto told = std::make_shared<MessagesStream>(options.model_name, ex->prompt_tokens);
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(
         "text/event-stream",
-        [this, ex, told](size_t, httplib::DataSink& sink) {
+        [this, ex, retell = std::move(retell)](size_t, httplib::DataSink& sink) {
           httplib::DataSink retold;
-          retold.write = [&sink, told](const char* data, size_t n) {
-            const std::string out = told->feed(std::string_view(data, n));
+          retold.write = [&sink, &retell](const char* data, size_t n) {
+            const std::string out = retell(std::string_view(data, n));
             return out.empty() || sink.write(out.data(), out.size());
           };
           retold.is_writable = [&sink] { return sink.is_writable(); };
@@ -684,24 +730,15 @@ void Server::Impl::handle_messages(const httplib::Request& req, httplib::Respons
         [ex](bool) { ex->cancel_unfinished(); });
     return;
   }
-  answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) {
-    bool ok = false;
-    try {
-      ok = relay(*ex, sink);
-    } catch (const std::exception& e) {
-      ok = write_failure(*ex, sink, 500, str_cat("Internal server error: ", e.what()));
-    }
-    ex->cancel_unfinished();
-    return ok;
-  });
-  // The chat answer (or its OpenAI-shaped error) in the Messages shape.
+  answer_whole(res, ex->failure_status, [this, ex](httplib::DataSink& sink) { return relay_or_fail(*ex, sink); });
+  // The chat answer (or its OpenAI-shaped error) in the protocol's shape.
   const json chat = json::parse(res.body, nullptr, false);
   if (res.status != 200 || chat.is_discarded()) {
     const std::string message = chat.is_object() && chat.contains("error") ? chat["error"].value("message", "") : res.body;
     fail(ApiError(res.status == 200 ? 500 : res.status, message));
     return;
   }
-  res.set_content(dump_json(messages_response_json(chat, options.model_name)), "application/json");
+  res.set_content(convert(chat), "application/json");
 }
 
 std::shared_ptr<EmbeddingExchange> Server::Impl::submit_embeddings(EmbeddingsRequest request) {

@@ -12,14 +12,6 @@ using json = ResponseJson;
 
 namespace {
 
-std::string random_id(const char* prefix) {
-  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
-  thread_local std::mt19937_64 rng{std::random_device{}()};
-  std::string id = prefix;
-  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
-  return id;
-}
-
 const char* object_name(Endpoint endpoint, bool chunk) {
   if (endpoint == Endpoint::kCompletions) return "text_completion";
   return chunk ? "chat.completion.chunk" : "chat.completion";
@@ -269,5 +261,27 @@ json usage_chunk(const ResponseMeta& meta, const Usage& usage) {
 }
 
 std::string sse_event(const json& value) { return "data: " + dump_json(value) + "\n\n"; }
+
+std::string named_sse_event(std::string_view name, const json& value) {
+  return str_cat("event: ", name, "\ndata: ", dump_json(value), "\n\n");
+}
+
+std::vector<std::string> take_sse_data(std::string& pending, std::string_view more) {
+  pending.append(more);
+  std::vector<std::string> data;
+  size_t begin = 0;
+  for (size_t end; (end = pending.find("\n\n", begin)) != std::string::npos; begin = end + 2)
+    if (pending.compare(begin, 6, "data: ") == 0) data.push_back(pending.substr(begin + 6, end - begin - 6));
+  pending.erase(0, begin);
+  return data;
+}
+
+std::string random_id(std::string_view prefix) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  thread_local std::mt19937_64 rng{std::random_device{}()};
+  std::string id(prefix);
+  for (int i = 0; i < 24; ++i) id += kAlphabet[rng() % (sizeof(kAlphabet) - 1)];
+  return id;
+}
 
 }  // namespace ridge::server

@@ -121,5 +121,14 @@ ResponseJson usage_chunk(const ResponseMeta& meta, const Usage& usage);
 
 // "data: <json>\n\n"
 std::string sse_event(const ResponseJson& value);
+// "event: <name>\ndata: <json>\n\n": the typed events of the Anthropic and Responses streams.
+std::string named_sse_event(std::string_view name, const ResponseJson& value);
+
+// The data of each complete SSE event in pending + more ("data: X\n\n" gives X), in
+// order; the incomplete rest stays in pending. For re-telling the chat stream.
+std::vector<std::string> take_sse_data(std::string& pending, std::string_view more);
+
+// prefix and 24 random letters and digits: response, message and item ids.
+std::string random_id(std::string_view prefix);
 
 }  // namespace ridge::server

@@ -7,7 +7,7 @@ to the prompt the same request prefilled, and a bad request naming its field.
 
 import pytest
 
-from test_server_api import RidgeServer, cached_model
+from test_server_api import qwen_server
 
 WEATHER_TOOL = {
     "name": "get_current_weather",
@@ -25,10 +25,7 @@ QUESTION = [{"role": "user", "content": "What is the weather like in Paris right
 
 @pytest.fixture(scope="module")
 def qwen():
-    path = cached_model("qwen2.5-coder-0.5b")
-    if path is None:
-        pytest.skip("qwen2.5-coder-0.5b is not in the model cache (scripts/fetch-models qwen2.5-coder-0.5b)")
-    with RidgeServer(path, "--parallel", 2, "-c", 2048, "--alias", "qwen", "--api-key", "sk-test") as server:
+    with qwen_server() as server:
         yield server
 
 

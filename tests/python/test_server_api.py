@@ -95,6 +95,19 @@ class RidgeServer:
         assert status == 200, out
         return out
 
+    def open_stream(self, path, body, headers=b"", until=b"data: "):
+        """Sends a streaming POST on a raw socket (to hang up on later) and waits until `until` arrives."""
+        data = json.dumps({**body, "stream": True}).encode()
+        s = socket.create_connection(("127.0.0.1", self.port), timeout=30)
+        s.sendall(b"POST %s HTTP/1.1\r\nHost: ridge\r\nContent-Type: application/json\r\n%s"
+                  b"Content-Length: %d\r\n\r\n" % (path.encode(), headers, len(data)) + data)
+        received = b""
+        while until not in received:
+            chunk = s.recv(65536)
+            assert chunk, "server closed the stream early"
+            received += chunk
+        return s
+
     def metrics(self):
         status, _, raw = self.request("GET", "/metrics")
         assert status == 200
@@ -131,6 +144,14 @@ class RidgeServer:
 
     def __exit__(self, *exc):
         self.stop()
+
+
+def qwen_server():
+    """`ridge serve` on qwen2.5-coder-0.5b (its template renders tools) as "qwen", key sk-test; skips if not fetched."""
+    path = cached_model("qwen2.5-coder-0.5b")
+    if path is None:
+        pytest.skip("qwen2.5-coder-0.5b is not in the model cache (scripts/fetch-models qwen2.5-coder-0.5b)")
+    return RidgeServer(path, "--parallel", 2, "-c", 2048, "--alias", "qwen", "--api-key", "sk-test")
 
 
 def openai_client(server, **kwargs):

@@ -62,20 +62,6 @@ def test_concurrent_streams_through_openai_client():
         assert streamed == alone
 
 
-def open_stream(server, body):
-    """Sends a streaming request on a raw socket and waits for the first SSE bytes."""
-    data = json.dumps({**body, "stream": True}).encode()
-    s = socket.create_connection(("127.0.0.1", server.port), timeout=30)
-    s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: ridge\r\nContent-Type: application/json\r\n"
-              b"Content-Length: %d\r\n\r\n" % len(data) + data)
-    received = b""
-    while b"data: " not in received:
-        chunk = s.recv(65536)
-        assert chunk, "server closed the stream early"
-        received += chunk
-    return s
-
-
 def test_disconnect_mid_stream_frees_kv_blocks():
     # stories260K decodes thousands of tokens a second: the generations must be long
     # enough that none finishes while the three streams are being opened.
@@ -83,7 +69,7 @@ def test_disconnect_mid_stream_frees_kv_blocks():
     with RidgeServer(STORIES, "--parallel", 4, "-c", n_long + 64, "--alias", "stories") as server:
         idle = server.wait_idle()
         long = {"prompt": "Once upon a time", "max_tokens": n_long, "ignore_eos": True}
-        sockets = [open_stream(server, long) for _ in range(3)]
+        sockets = [server.open_stream("/v1/completions", long) for _ in range(3)]
         busy = server.metrics()
         assert busy["ridge_kv_blocks_used"] > idle["ridge_kv_blocks_used"]
         assert busy["ridge_requests_running"] + busy["ridge_requests_waiting"] == 3
