@@ -1,14 +1,17 @@
 // Kernel throughput. Decode GEMV (one token) in GB/s of weights streamed from DRAM, per
 // weight type and thread count; GEMM at 64 tokens in GFLOP/s (2 * n_in * n_out * tokens
 // per call); the scalar references for scale; the dequantizers (to_float) in elements/s;
-// and paged attention at a 4k-token context.
+// paged attention at a 4k-token context; and a decode step of the gated delta rule in GB/s
+// of recurrent state.
 // `ridge bench` (or `ridge roofline --device this`) measures the read bandwidth the Gemv
 // figures approach.
 //
 //   build-*/bench/kernels_benchmark --benchmark_filter='Gemv'
 //   build-*/bench/kernels_benchmark --benchmark_filter='Gemm/q4_K'
+//   build-*/bench/kernels_benchmark --benchmark_filter='GatedDeltaDecode'
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
@@ -28,6 +31,7 @@
 #include "kernels/gemm/gemm.h"
 #include "kernels/ops/ops_avx2.h"
 #include "kernels/ops/ops_avx512.h"
+#include "kernels/recurrent/recurrent.h"
 
 namespace ridge::kernels {
 namespace {
@@ -410,6 +414,50 @@ void BM_Swiglu(benchmark::State& state, Isa isa) {
 }
 BENCHMARK_CAPTURE(BM_Swiglu, avx512, Isa::kAvx512Vnni);
 BENCHMARK_CAPTURE(BM_Swiglu, avx2, Isa::kAvx2);
+
+// One decode step of Qwen3-Next's gated delta rule (32 value heads over 16 key heads,
+// d_k = d_v = 128: a 2 MiB f32 state per layer), in GB/s of state read (it is written back
+// too), wall time. Each iteration takes the next of n_layers states: 36 (72 MiB, one per
+// linear-attention layer of the 80B model) brings them from DRAM as in a real step, 1 keeps
+// the one state in cache, for the kernel's own ceiling. The scalar reference for scale.
+// Skipped where the CPU lacks the ISA.
+void BM_GatedDeltaDecode(benchmark::State& state, Isa isa, int n_threads, int64_t n_layers) {
+  if (!cpu_supports(isa)) {
+    state.SkipWithError("the CPU lacks this ISA");
+    return;
+  }
+  const DeltaNetShape shape{32, 16, 128, 128, 1.0f / std::sqrt(128.0f)};
+  const int64_t state_floats = shape.n_heads * shape.d_v * shape.d_k;
+  AlignedVector<float> states(static_cast<size_t>(n_layers * state_floats));
+  const auto init = random_floats(static_cast<size_t>(state_floats), 10);
+  for (int64_t l = 0; l < n_layers; ++l) std::copy(init.begin(), init.end(), states.begin() + l * state_floats);
+  auto q = random_floats(static_cast<size_t>(shape.n_k_heads * shape.d_k), 11);
+  auto k = random_floats(q.size(), 12);
+  l2_norm_heads(q.data(), 1, q.size(), shape.n_k_heads, shape.d_k, 1e-6f);
+  l2_norm_heads(k.data(), 1, k.size(), shape.n_k_heads, shape.d_k, 1e-6f);
+  const auto v = random_floats(static_cast<size_t>(shape.n_heads * shape.d_v), 13);
+  const std::vector<float> g(static_cast<size_t>(shape.n_heads), -0.01f), beta(g.size(), 0.5f);
+  std::vector<float> out(v.size());
+  ThreadPool pool(n_threads);
+  int64_t layer = 0;
+  for (auto _ : state) {
+    gated_delta_rule_isa(states.data() + layer * state_floats, q.data(), k.data(), q.size(), v.data(), v.size(),
+                         g.data(), beta.data(), out.data(), 1, shape, nullptr, n_threads > 1 ? &pool : nullptr, isa);
+    benchmark::DoNotOptimize(out.data());
+    layer = (layer + 1) % n_layers;
+  }
+  state.SetBytesProcessed(static_cast<int64_t>(state.iterations() * state_floats * sizeof(float)));
+}
+#define RIDGE_DELTA_BENCH(name, isa, n_threads, n_layers) \
+  BENCHMARK_CAPTURE(BM_GatedDeltaDecode, name, isa, n_threads, n_layers)->UseRealTime();
+RIDGE_DELTA_BENCH(qwen3next_dram_scalar_threads1, Isa::kScalar, 1, 36)
+RIDGE_DELTA_BENCH(qwen3next_dram_avx2_threads1, Isa::kAvx2, 1, 36)
+RIDGE_DELTA_BENCH(qwen3next_dram_avx2_threads2, Isa::kAvx2, 2, 36)
+RIDGE_DELTA_BENCH(qwen3next_dram_avx512_threads1, Isa::kAvx512Vnni, 1, 36)
+RIDGE_DELTA_BENCH(qwen3next_dram_avx512_threads2, Isa::kAvx512Vnni, 2, 36)
+RIDGE_DELTA_BENCH(qwen3next_cached_avx2_threads1, Isa::kAvx2, 1, 1)
+RIDGE_DELTA_BENCH(qwen3next_cached_avx512_threads1, Isa::kAvx512Vnni, 1, 1)
+#undef RIDGE_DELTA_BENCH
 
 const int kRegistered = (register_matmul(), 0);
 
