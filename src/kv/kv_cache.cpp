@@ -35,8 +35,17 @@ std::string format_bytes(double bytes) {
 
 void validate(const KvCacheConfig& c) {
   if (c.layers.empty()) throw Error("kv cache: config has no layers");
+  bool any_attention = false;
   for (size_t il = 0; il < c.layers.size(); ++il) {
     const KvLayerSpec& l = c.layers[il];
+    if (l.state_floats < 0) throw Error(str_cat("kv cache: layer ", il, ": negative state_floats ", l.state_floats));
+    if (l.recurrent()) {
+      if (l.n_kv_head != 0 || l.d_head != 0 || l.window != 0)
+        throw Error(str_cat("kv cache: layer ", il, ": a recurrent layer (state_floats ", l.state_floats,
+                            ") holds no K/V: n_kv_head, d_head and window must be 0"));
+      continue;
+    }
+    any_attention = true;
     if (l.n_kv_head < 1) {
       throw Error(str_cat("kv cache: layer ", il, ": n_kv_head must be positive, got ",
                           l.n_kv_head));
@@ -50,6 +59,8 @@ void validate(const KvCacheConfig& c) {
                           l.window));
     }
   }
+  if (!any_attention)
+    throw Error("kv cache: every layer is recurrent; a model without attention layers is not supported yet");
   if (c.block_size < 1) {
     throw Error(str_cat("kv cache: block_size must be positive, got ", c.block_size));
   }
@@ -58,7 +69,7 @@ void validate(const KvCacheConfig& c) {
                         " is not supported for K/V (", kv_dtype_names(), ")"));
   }
   for (size_t il = 0; il < c.layers.size(); ++il) {
-    if (!kv_dtype_fits(c.dtype, c.layers[il])) {
+    if (!c.layers[il].recurrent() && !kv_dtype_fits(c.dtype, c.layers[il])) {
       throw Error(str_cat("kv cache: layer ", il, ": head size ", c.layers[il].d_head,
                           " is not a multiple of ", dtype_name(c.dtype), "'s block of ",
                           type_traits(c.dtype).block_size, " values; use f16 or bf16"));
@@ -103,6 +114,17 @@ size_t kv_bytes_per_token(const KvCacheConfig& config) {
   return bytes;
 }
 
+namespace {
+constexpr int64_t kStateAlignFloats = 16;  // each layer's state starts on a cache line
+}
+
+int64_t kv_state_floats_per_sequence(const KvCacheConfig& config) {
+  int64_t floats = 0;
+  for (const KvLayerSpec& l : config.layers)
+    if (l.recurrent()) floats += (l.state_floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
+  return floats;
+}
+
 std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
                                            int32_t window) {
   return std::vector<KvLayerSpec>(static_cast<size_t>(std::max(n_layer, 0)),
@@ -143,7 +165,8 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
 
   // Group layers by window: global first, then ascending window.
   std::vector<int32_t> windows;
-  for (const KvLayerSpec& l : config.layers) windows.push_back(l.window);
+  for (const KvLayerSpec& l : config.layers)
+    if (!l.recurrent()) windows.push_back(l.window);
   std::sort(windows.begin(), windows.end());
   windows.erase(std::unique(windows.begin(), windows.end()), windows.end());
   for (int32_t w : windows) plan.groups.push_back(KvGroup{w, {}, 0, 0});
@@ -151,6 +174,10 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
   std::vector<size_t> row_bytes(config.layers.size());
   for (size_t il = 0; il < config.layers.size(); ++il) {
     const KvLayerSpec& l = config.layers[il];
+    if (l.recurrent()) {
+      plan.group_of_layer[il] = -1;
+      continue;
+    }
     const int g = static_cast<int>(
         std::lower_bound(windows.begin(), windows.end(), l.window) - windows.begin());
     plan.group_of_layer[il] = g;
@@ -164,14 +191,24 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
   // so the padded total is checked against the budget and the last group's count lowered
   // until it fits: the allocation never exceeds budget_bytes.
   auto padded_total = [&] {
-    size_t total = 0;
+    size_t total = plan.state_bytes;
     for (size_t il = 0; il < config.layers.size(); ++il) {
+      if (plan.group_of_layer[il] < 0) continue;
       const KvGroup& g = plan.groups[static_cast<size_t>(plan.group_of_layer[il])];
       const auto n_blocks = static_cast<size_t>(g.n_blocks);
       total += 2 * round_up(n_blocks * static_cast<size_t>(block_size) * row_bytes[il], kPoolAlignment);
     }
     return total;
   };
+  // Recurrent state first: every sequence slot has its own, whatever its length.
+  plan.state_bytes = sizeof(float) * static_cast<size_t>(kv_state_floats_per_sequence(config)) *
+                     static_cast<size_t>(config.max_sequences);
+  if (plan.state_bytes >= config.budget_bytes && plan.state_bytes > 0)
+    throw Error(str_cat("kv cache: budget of ", config.budget_bytes, " bytes is too small: the recurrent state of ",
+                        config.max_sequences, " sequences takes ", plan.state_bytes, " bytes (",
+                        format_bytes(static_cast<double>(plan.state_bytes) / config.max_sequences),
+                        " each) before any K/V block"));
+  const size_t kv_budget = config.budget_bytes - plan.state_bytes;
   const int64_t all_contexts = int64_t{config.max_sequences} * max_blocks_per_sequence;
   constexpr int64_t kMaxBlocks = std::numeric_limits<int32_t>::max();
   const bool has_global = plan.groups.front().window == 0;
@@ -187,8 +224,7 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
   }
   if (has_global) {
     KvGroup& global = plan.groups.front();
-    const size_t rest = config.budget_bytes > windowed_need_bytes
-                            ? config.budget_bytes - windowed_need_bytes : 0;
+    const size_t rest = kv_budget > windowed_need_bytes ? kv_budget - windowed_need_bytes : 0;
     global.n_blocks = static_cast<int32_t>(std::min(
         {static_cast<int64_t>(rest / global.bytes_per_block), all_contexts, kMaxBlocks}));
     while (global.n_blocks > 0 && padded_total() > config.budget_bytes) --global.n_blocks;
@@ -206,7 +242,7 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
     // All layers windowed: every group gets the same count, capped at its need.
     std::vector<int32_t> need;
     for (const KvGroup& g : plan.groups) need.push_back(g.n_blocks);
-    int64_t fit = std::min(static_cast<int64_t>(config.budget_bytes / windowed_bytes_per_block),
+    int64_t fit = std::min(static_cast<int64_t>(kv_budget / windowed_bytes_per_block),
                            kMaxBlocks);
     for (;;) {
       for (size_t g = 0; g < plan.groups.size(); ++g) {
@@ -250,6 +286,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   storage_layout_.resize(layers_.size());
   for (size_t il = 0; il < layers_.size(); ++il) {
     LayerStorage& s = storage_layout_[il];
+    if (group_of_layer_[il] < 0) continue;  // recurrent: its state comes after the pools
     s.row_bytes = row_bytes[il];
     s.n_blocks = groups_[static_cast<size_t>(group_of_layer_[il])].n_blocks;
     const size_t pool_bytes = round_up(
@@ -259,6 +296,16 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     s.v_offset = offset + pool_bytes;
     offset += 2 * pool_bytes;
   }
+  // Recurrent state: [max_sequences][state_floats_per_sequence_], each layer's part aligned.
+  state_base_ = offset;
+  int64_t state_floats = 0;
+  for (size_t il = 0; il < layers_.size(); ++il) {
+    if (!layers_[il].recurrent()) continue;
+    storage_layout_[il].state_offset = state_floats;
+    state_floats += (layers_[il].state_floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
+  }
+  state_floats_per_sequence_ = state_floats;
+  offset += plan.state_bytes;
   total_bytes_ = offset;
   assert(total_bytes_ == plan.total_bytes && total_bytes_ <= config.budget_bytes);
   try {
@@ -273,7 +320,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   std::memset(storage_.get(), 0, total_bytes_);
 
   for (const KvGroup& g : groups_) pools_.emplace_back(g.n_blocks);
-  if (config.prefix_cache) {
+  if (config.prefix_cache && state_floats_per_sequence_ == 0) {  // recurrent state: see the header
     for (const KvGroup& g : groups_) prefix_.emplace_back(g.n_blocks, block_size_);
     n_cached_.assign(groups_.size(), 0);
   }
@@ -318,7 +365,11 @@ std::string KvCache::summary() const {
   return str_cat("kv cache: ", blocks, " x ", block_size_, " tokens, ",
                  format_bytes(static_cast<double>(bytes_per_token_)), "/token, ",
                  format_bytes(static_cast<double>(total_bytes_)), " total (",
-                 dtype_name(dtype_), ")");
+                 dtype_name(dtype_), ")",
+                 has_recurrent_state()
+                     ? str_cat(", recurrent state ", format_bytes(static_cast<double>(state_bytes_per_sequence())),
+                               "/sequence")
+                     : std::string());
 }
 
 const KvCache::Sequence& KvCache::sequence(int32_t seq, const char* what) const {
@@ -349,6 +400,9 @@ void KvCache::add_sequence(int32_t seq) {
   }
   s.first_live.assign(groups_.size(), 0);
   s.n_tokens = 0;
+  if (has_recurrent_state())  // a new sequence's recurrences start from zero
+    std::memset(storage_.get() + state_base_ + static_cast<size_t>(seq) * state_bytes_per_sequence(), 0,
+                state_bytes_per_sequence());
   if (prefix_cache_enabled()) {
     s.tokens.clear();
     s.tokens.reserve(static_cast<size_t>(max_context_));
@@ -472,6 +526,10 @@ void KvCache::truncate(int32_t seq, int32_t n_tokens) {
   if (n_tokens < 0 || n_tokens > s.n_tokens) {
     throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
                         " tokens outside the committed 0..", s.n_tokens));
+  }
+  if (has_recurrent_state() && n_tokens < s.n_tokens) {
+    throw Error(str_cat("kv cache: truncate: sequence ", seq, ": cannot go back from ", s.n_tokens, " to ", n_tokens,
+                        " tokens: its recurrent layers' state holds every committed token and keeps no earlier one"));
   }
   if (!prefix_.empty() && int64_t{n_tokens} < int64_t{s.n_indexed} * block_size_) {
     throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
@@ -652,8 +710,18 @@ int32_t KvCache::max_tokens_per_sequence() const {
   return static_cast<int32_t>(limit);
 }
 
+float* KvCache::state(int32_t il, int32_t seq) const {
+  sequence(seq, "state");
+  if (il < 0 || il >= n_layer() || !layers_[static_cast<size_t>(il)].recurrent())
+    throw Error(str_cat("kv cache: state: layer ", il, " is not a recurrent layer"));
+  return reinterpret_cast<float*>(storage_.get() + state_base_ +
+                                  static_cast<size_t>(seq) * state_bytes_per_sequence()) +
+         storage_layout_[static_cast<size_t>(il)].state_offset;
+}
+
 KvLayerView KvCache::layer(int32_t il) const {
   const int g = group_of_layer(il);
+  if (g < 0) throw Error(str_cat("kv cache: layer ", il, " is recurrent: it has no K/V"));
   const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
   const LayerStorage& s = storage_layout_[static_cast<size_t>(il)];
   KvLayerView view;

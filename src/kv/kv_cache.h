@@ -61,6 +61,15 @@
 // attach_prefix reuses p only if all of those are cached too, shortening the prefix
 // until they are; reused windowed blocks are the ones recycle_window released into the
 // free queue, so a prefix is found while they have not been evicted.
+// Recurrent state (hybrid models: Qwen 3.5, Qwen3-Next, Granite 4, Nemotron-H). A layer
+// spec with state_floats > 0 is a recurrent layer: it joins no group and holds no K/V; each
+// sequence slot has its own fixed-size f32 state for it instead (state(il, seq)), zeroed by
+// add_sequence, allocated with the K/V storage and taken from the same budget first
+// (max_sequences states; the K/V pools get the rest). The state holds the sequence's
+// committed tokens, so it cannot be cut back: truncate below the committed count throws,
+// and prefix caching is off (prefix_cache_enabled() false) until states are checkpointed at
+// block boundaries. Preemption frees the slot and recomputes, as for attention layers. At
+// least one layer must be an attention layer.
 #pragma once
 
 #include <cstddef>
@@ -88,6 +97,11 @@ struct KvLayerSpec {
   int32_t n_kv_head = 0;
   int32_t d_head = 0;
   int32_t window = 0;  // sliding window in tokens (q attends q - window + 1 .. q); 0 = global
+  // A recurrent layer (a hybrid model's gated DeltaNet or Mamba2 layer; n_kv_head and d_head
+  // 0): no K/V rows, but this many f32 of state per sequence (its conv tail and its
+  // recurrence's state). See "Recurrent state" above.
+  int64_t state_floats = 0;
+  bool recurrent() const { return state_floats > 0; }
 };
 
 // n_layer identical layers with the same window.
@@ -107,8 +121,12 @@ struct KvCacheConfig {
   int32_t max_sequences = 1;        // sequence slots; windowed groups are sized for all of them
   int32_t max_context = 4096;       // most tokens one sequence may hold (the model's context)
   int32_t max_step_tokens = 512;    // most tokens one sequence adds in one step (prefill chunk)
-  bool prefix_cache = false;        // index full blocks for reuse (see "Prefix caching")
+  bool prefix_cache = false;        // index full blocks for reuse (see "Prefix caching");
+                                    // ignored when a layer is recurrent
 };
+
+// Floats of recurrent state one sequence holds over all recurrent layers (0 without any).
+int64_t kv_state_floats_per_sequence(const KvCacheConfig& config);
 
 // K and V bytes one token costs in every layer of this configuration (what
 // KvCache::bytes_per_token() will report), for sizing a budget before building the cache.
@@ -134,8 +152,9 @@ struct KvGroup {
 // cache type without building a cache for each.
 struct KvPlan {
   std::vector<KvGroup> groups;       // global first, then ascending window; n_blocks set
-  std::vector<int> group_of_layer;   // [n_layer]
+  std::vector<int> group_of_layer;   // [n_layer]; -1 for a recurrent layer
   size_t bytes_per_token = 0;        // K and V of one token in every layer
+  size_t state_bytes = 0;            // recurrent state of all max_sequences slots
   size_t total_bytes = 0;            // the allocation, pools padded to 64 bytes
 
   // Tokens of context the global layers' blocks hold, over all sequences together; 0 when
@@ -196,6 +215,9 @@ class KvCache {
   // element size. What a token costs in a cache without windows.
   size_t bytes_per_token() const { return bytes_per_token_; }
   size_t total_bytes() const { return total_bytes_; }  // the one allocation
+  // Recurrent layers: whether there are any, and the state bytes one sequence holds.
+  bool has_recurrent_state() const { return state_floats_per_sequence_ > 0; }
+  size_t state_bytes_per_sequence() const { return sizeof(float) * static_cast<size_t>(state_floats_per_sequence_); }
   // "kv cache: 1024 blocks x 16 tokens, 18.0 KiB/token, 288.0 MiB total (f16)"; with
   // several groups the block counts are listed per group.
   std::string summary() const;
@@ -265,6 +287,8 @@ class KvCache {
   int32_t max_tokens_per_sequence() const;
 
   // --- storage
+  // A recurrent layer's state of one sequence: [layers[il].state_floats] f32, 64-byte aligned.
+  float* state(int32_t il, int32_t seq) const;
   KvLayerView layer(int32_t il) const;
   void* k_row(int32_t il, int32_t block, int32_t offset) const;  // [n_kv_head][d_head]
   void* v_row(int32_t il, int32_t block, int32_t offset) const;
@@ -275,6 +299,7 @@ class KvCache {
     size_t v_offset = 0;
     size_t row_bytes = 0;
     int32_t n_blocks = 0;  // of the layer's group
+    int64_t state_offset = -1;  // recurrent: floats into a sequence's state
   };
   struct Sequence {
     bool active = false;
@@ -317,6 +342,8 @@ class KvCache {
   DType dtype_ = DType::F32;
   size_t bytes_per_token_ = 0;
   size_t total_bytes_ = 0;
+  int64_t state_floats_per_sequence_ = 0;  // padded to 16 floats per layer
+  size_t state_base_ = 0;                  // bytes into storage_ of sequence 0's state
 };
 
 }  // namespace ridge
