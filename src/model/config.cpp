@@ -49,6 +49,7 @@ void refuse_unread_keys(const gguf::File& f, const std::string& arch, const Fami
     if (!computation_key_set(f, arch, k.key)) continue;
     bool read = false;
     for (std::string_view r : family.reads) read = read || r == k.key;
+    for (std::string_view r : family.ignores) read = read || r == k.key;
     if (!read)
       throw Error(str_cat(f.name(), ": ", arch, ".", k.key, " is set, and ridge's ", family.arch,
                           " model does not implement it; refusing to run without it"));
@@ -79,6 +80,24 @@ const char* pooling_name(Pooling pooling) {
     case Pooling::kRank: return "rank";
   }
   return "unknown";
+}
+
+bool ModelConfig::is_hybrid() const {
+  for (const LayerConfig& l : layers)
+    if (l.kind != LayerKind::kAttention) return true;
+  return false;
+}
+
+int64_t ModelConfig::state_floats(int32_t il) const {
+  switch (layers[static_cast<size_t>(il)].kind) {
+    case LayerKind::kAttention: return 0;
+    case LayerKind::kDeltaNet: {
+      // The conv tail (d_conv - 1 inputs of q, k and v channels) and one d_v x d_k state per head.
+      const int64_t conv_channels = 2 * int64_t{ssm_groups} * ssm_state + ssm_inner;
+      return (ssm_conv_kernel - 1) * conv_channels + int64_t{ssm_inner} * ssm_state;
+    }
+  }
+  return 0;
 }
 
 const std::vector<std::string>& ModelConfig::supported_architectures() {

@@ -21,6 +21,13 @@ namespace ridge {
 
 enum class Activation { kSilu, kGelu };  // gate activation of the gated MLP
 
+// What a layer's token mixer is: attention over the K/V cache, or a hybrid model's
+// recurrent layer over a fixed-size state (kv/kv_cache.h, "Recurrent state").
+enum class LayerKind {
+  kAttention,
+  kDeltaNet,  // Qwen3-Next / Qwen 3.5 gated DeltaNet (kernels/recurrent/recurrent.h)
+};
+
 // How an embedding pools the final hidden states of an input's tokens: llama.cpp's
 // enum llama_pooling_type, in its numbering (GGUF's <arch>.pooling_type).
 enum class Pooling { kNone = 0, kMean = 1, kCls = 2, kLast = 3, kRank = 4 };
@@ -34,6 +41,7 @@ struct LayerConfig {
   bool yarn = false;
   float yarn_low = 0.0f, yarn_high = 0.0f;
   float rope_mscale = 1.0f;
+  LayerKind kind = LayerKind::kAttention;
 };
 
 struct ModelConfig {
@@ -76,6 +84,21 @@ struct ModelConfig {
   int32_t n_expert_used = 0;
   int32_t n_ff_expert = 0;       // each expert's feed-forward width
   bool expert_weights_norm = false;
+
+  // Hybrid models (layers[il].kind != kAttention), from <arch>.ssm.*:
+  int32_t ssm_conv_kernel = 0;   // conv_kernel: taps of the causal conv before the recurrence
+  int32_t ssm_inner = 0;         // inner_size: value channels (gated DeltaNet: n_v_heads * d_v)
+  int32_t ssm_state = 0;         // state_size: the key head size of a DeltaNet head
+  int32_t ssm_heads = 0;         // time_step_rank: value heads
+  int32_t ssm_groups = 0;        // group_count: key/query heads
+  bool attn_output_gate = false; // Qwen3-Next / 3.5 attention layers: attn_q holds q and a
+                                 // gate per head; the output is attention * sigmoid(gate)
+  bool post_attn_ffn_norm = false;  // the pre-MLP norm is stored as post_attention_norm
+  int32_t n_nextn_layers = 0;    // nextn_predict_layers: MTP blocks after the n_layer trunk
+                                 // (blk.n_layer ...); loaded, not run
+  bool is_hybrid() const;
+  // Floats of recurrent state layer il keeps per sequence (0 for attention layers).
+  int64_t state_floats(int32_t il) const;
 
   static ModelConfig from_gguf(const gguf::File& file);
   static const std::vector<std::string>& supported_architectures();

@@ -17,16 +17,19 @@ constexpr std::string_view kGemmaReads[] = {"attention.sliding_window", "attn_lo
                                             "final_logit_softcapping", "attention.scale"};
 constexpr std::string_view kPhi3Reads[] = {"attention.sliding_window", "rope.scaling.attn_factor"};
 constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
+// llama.cpp's qwen35 graph applies no soft-capping (models/qwen35.cpp).
+constexpr std::string_view kQwen35Ignores[] = {"attn_logit_softcapping", "final_logit_softcapping"};
 
 }  // namespace
 
 std::span<const FamilyTraits> families() {
-  static const std::array<FamilyTraits, 9> table = {{
+  static const std::array<FamilyTraits, 10> table = {{
       {"llama", configure_llama, kLlamaReads},
       {"mistral", configure_llama, kLlamaReads},
       {"qwen2", configure_qwen2},
       {"qwen3", configure_qwen3},
       {"qwen3moe", configure_qwen3moe, kMoeReads},
+      {"qwen35", configure_qwen35, {}, kQwen35Ignores},
       {"olmoe", configure_olmoe, kMoeReads},
       {"phi3", configure_phi3, kPhi3Reads},
       {"gemma2", configure_gemma2, kGemmaReads},

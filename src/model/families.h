@@ -18,6 +18,10 @@ struct FamilyTraits {
   // Of the metadata that changes what a model computes (kComputationKeys in config.cpp),
   // the keys, without the "<arch>." prefix, this family reads; the others are refused.
   std::span<const std::string_view> reads = {};
+  // Of those keys, the ones llama.cpp's graph for this architecture never reads (its model
+  // saver still writes them, e.g. qwen35.attn_logit_softcapping 50): ignored here too, so a
+  // file computes as llama.cpp computes it.
+  std::span<const std::string_view> ignores = {};
 };
 
 // Every family ridge runs, in one table: find_family and the list of supported
@@ -45,6 +49,7 @@ void configure_gemma2(const gguf::File& file, ModelConfig& config);
 void configure_phi3(const gguf::File& file, ModelConfig& config);
 void configure_qwen3moe(const gguf::File& file, ModelConfig& config);
 void configure_olmoe(const gguf::File& file, ModelConfig& config);
+void configure_qwen35(const gguf::File& file, ModelConfig& config);
 
 // The mixture-of-experts hyper-parameters (<arch>.expert_count, expert_used_count, and the
 // expert width: expert_feed_forward_length where the converter writes one, as for

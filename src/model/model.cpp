@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cassert>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -47,6 +49,12 @@ Model::Model(gguf::File file, const ModelOptions& options)
   if (comm_ != nullptr && options_.weights != WeightFormat::kAsStored)
     throw Error(str_cat("tensor parallel: --weights ", weight_format_name(options_.weights),
                         " is not supported with --tp above 1 (the converted matrices are not split)"));
+  if (config_.is_hybrid() && comm_ != nullptr)
+    throw Error(str_cat(file_.name(), ": tensor parallelism (--tp) is not supported for ", config_.arch,
+                        "'s recurrent layers yet"));
+  if (config_.is_hybrid() && options_.weights != WeightFormat::kAsStored)
+    throw Error(str_cat(file_.name(), ": --weights ", weight_format_name(options_.weights), " is not supported for ",
+                        config_.arch, "'s recurrent layers yet; run the file's weights as stored"));
   if (options_.weights == WeightFormat::kNf4) convert_layer_matrices(DType::NF4);
   if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
   shard_ = plan_tp_shard(config_, weights_, comm_ != nullptr ? comm_->rank() : 0, comm_ != nullptr ? comm_->size() : 1);
@@ -80,6 +88,16 @@ Model::Model(gguf::File file, const ModelOptions& options)
   }
   final_.resize(t * c.n_embd);
   attention_items_.reserve(t);
+  if (c.attn_output_gate) q_gate_.resize(t * 2 * c.n_head * c.d_head);
+  if (c.is_hybrid()) {
+    const size_t channels = 2 * static_cast<size_t>(c.ssm_groups) * c.ssm_state + c.ssm_inner;
+    ssm_mix_.resize(t * channels);
+    ssm_conv_.resize(t * channels);
+    ssm_z_.resize(t * c.ssm_inner);
+    ssm_core_.resize(t * c.ssm_inner);
+    ssm_beta_.resize(t * c.ssm_heads);
+    ssm_g_.resize(t * c.ssm_heads);
+  }
   const float* freq_factors = weights_.rope_freqs;
   if (weights_.rope_factors_long != nullptr) {
     const int32_t n_ctx = options_.n_ctx > 0 ? options_.n_ctx : c.n_ctx_train;
@@ -104,6 +122,7 @@ Model::Model(gguf::File file, const ModelOptions& options)
   for (const LayerWeights& l : weights_.layers) {
     for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.gate_inp})
       size_for(*w);
+    for (const kernels::WeightMatrix* w : {&l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out}) size_for(*w);
     for (const ExpertWeights& e : l.experts)
       for (const kernels::WeightMatrix* w : {&e.w_gate, &e.w_up, &e.w_down}) size_for(*w);
   }
@@ -173,8 +192,13 @@ double Model::weight_bytes_per_step() const {
   double bytes = 0;
   // Of the experts, a one-token step reads the n_expert_used its router picks.
   const double active = config_.n_expert > 0 ? double(config_.n_expert_used) / config_.n_expert : 1.0;
-  for (const gguf::TensorInfo& t : file_.tensors())
+  // MTP blocks after the trunk (blk.n_layer ...) are not part of a step.
+  for (const gguf::TensorInfo& t : file_.tensors()) {
+    if (config_.n_nextn_layers > 0 && t.name.rfind("blk.", 0) == 0 &&
+        std::atoi(t.name.c_str() + 4) >= config_.n_layer)
+      continue;
     bytes += static_cast<double>(t.nbytes) * (t.name.find("_exps.") != std::string::npos ? active : 1.0);
+  }
   const gguf::TensorInfo* embd = file_.find_tensor("token_embd.weight");
   const bool tied = file_.find_tensor("output.weight") == nullptr;
   if (embd != nullptr && !tied) bytes -= static_cast<double>(embd->nbytes) * (1.0 - 1.0 / static_cast<double>(embd->ne[1]));
@@ -191,7 +215,13 @@ double Model::active_expert_bytes_per_step() const {
 
 KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences, int32_t max_context) const {
   KvCacheConfig kv;
-  for (const LayerConfig& l : config_.layers) kv.layers.push_back({shard_.n_kv_head, config_.d_head, l.window});
+  for (int32_t il = 0; il < config_.n_layer; ++il) {
+    const LayerConfig& l = config_.layers[static_cast<size_t>(il)];
+    if (l.kind == LayerKind::kAttention)
+      kv.layers.push_back({shard_.n_kv_head, config_.d_head, l.window});
+    else
+      kv.layers.push_back({0, 0, 0, config_.state_floats(il)});
+  }
   kv.budget_bytes = budget_bytes;
   kv.max_sequences = max_sequences;
   kv.max_context = max_context > 0 ? max_context : config_.n_ctx_train;
@@ -277,7 +307,10 @@ bool Model::run_layers(const Batch& b, KvCache& cache) {
   embed(b, x_.data());
   prepare_rope(b);
   for (int il = 0; il < config_.n_layer; ++il) {
-    attention_layer(il, b, cache, n);
+    if (config_.layers[static_cast<size_t>(il)].kind == LayerKind::kDeltaNet)
+      delta_net_layer(il, b, cache, n);
+    else
+      attention_layer(il, b, cache, n);
     mlp_layer(il, n);
     if (observer_ != nullptr && !observer_->continue_after_layer(il)) return false;
   }
@@ -296,6 +329,8 @@ void Model::output_logits(const Batch& b, const LogitSink& sink) {
     const int32_t n = std::min(sink.max_rows, n_out - first);
     kernels::matmul(weights_.output, final_.data() + static_cast<size_t>(first) * c.n_embd, sink.buffer, n, pool_,
                     scratch_);
+    apply_scale(sink.buffer, static_cast<int64_t>(n) * (comm_ != nullptr ? shard_.n_vocab : c.n_vocab),
+                weights_.output_scale);
     if (comm_ != nullptr) gather_logits(sink.buffer, n);
     if (is_tp_worker()) continue;
     if (c.final_softcap > 0) kernels::softcap(sink.buffer, static_cast<int64_t>(n) * c.n_vocab, c.final_softcap);
@@ -377,15 +412,26 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kQkv, h_.data(), n, c.n_embd);
   {  // one parallel region, h quantized once
     const kernels::WeightMatrix* ws[] = {&w.wq, &w.wk, &w.wv};
-    float* ys[] = {q_.data(), k_.data(), v_.data()};
+    float* ys[] = {c.attn_output_gate ? q_gate_.data() : q_.data(), k_.data(), v_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(ys[0], n * w.wq.n_out, w.scale.wq);
+    apply_scale(ys[1], n * kv_dim, w.scale.wk);
+    apply_scale(ys[2], n * kv_dim, w.scale.wv);
+  }
+  if (c.attn_output_gate) {  // each head's q, then its gate: q into q_, the gate kept in q_gate_
+    if (w.bq != nullptr)
+      for (int64_t t = 0; t < n; ++t) kernels::add(q_gate_.data() + t * 2 * q_dim, w.bq, q_gate_.data() + t * 2 * q_dim, 2 * q_dim);
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t hd = 0; hd < c.n_head; ++hd)
+        std::memcpy(q_.data() + (t * c.n_head + hd) * c.d_head, q_gate_.data() + (t * c.n_head + hd) * 2 * c.d_head,
+                    sizeof(float) * c.d_head);
   }
   for_rows(pool_, n, q_dim + 2 * kv_dim, [&](int64_t t0, int64_t t1) {
     float* q = q_.data() + t0 * q_dim;
     float* k = k_.data() + t0 * kv_dim;
-    if (c.qkv_bias) {
+    if (w.bq != nullptr) {  // (gated attention added q's bias above, before the split)
       for (int64_t t = 0; t < t1 - t0; ++t) {
-        kernels::add(q + t * q_dim, w.bq, q + t * q_dim, q_dim);
+        if (!c.attn_output_gate) kernels::add(q + t * q_dim, w.bq, q + t * q_dim, q_dim);
         kernels::add(k + t * kv_dim, w.bk, k + t * kv_dim, kv_dim);
         kernels::add(v_.data() + (t0 + t) * kv_dim, w.bv, v_.data() + (t0 + t) * kv_dim, kv_dim);
       }
@@ -466,9 +512,18 @@ void Model::attention_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   }
 
   kernels::hadamard_rotate(attn_.data(), n * q_dim, rotation.v);
+  if (c.attn_output_gate) {  // attention * sigmoid(gate), per head
+    for (int64_t t = 0; t < n; ++t)
+      for (int64_t hd = 0; hd < c.n_head; ++hd) {
+        float* o = attn_.data() + (t * c.n_head + hd) * c.d_head;
+        const float* gate = q_gate_.data() + (t * c.n_head + hd) * 2 * c.d_head + c.d_head;
+        for (int64_t i = 0; i < c.d_head; ++i) o[i] /= 1.0f + std::exp(-gate[i]);
+      }
+  }
   if (observer_ != nullptr)
     observer_->on_matmul_input(il, MatmulSite::kAttnOutput, attn_.data(), n, static_cast<int32_t>(q_dim));
   kernels::matmul(w.wo, attn_.data(), h_.data(), n, pool_, scratch_);
+  apply_scale(h_.data(), int64_t{n} * c.n_embd, w.scale.wo);
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's heads' share of the projection
   residual(w.post_attn_norm, n);
 }
@@ -500,6 +555,8 @@ void Model::mlp_layer(int il, int32_t n) {
     const kernels::WeightMatrix* ws[] = {&w.w_gate, &w.w_up};
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(gate_.data(), int64_t{n} * c.n_ff, w.scale.w_gate);
+    apply_scale(up_.data(), int64_t{n} * c.n_ff, w.scale.w_up);
   }
   const kernels::GluFn glu = c.activation == Activation::kGelu ? kernels::geglu : kernels::swiglu;
   if (observer_ == nullptr) {
@@ -514,6 +571,7 @@ void Model::mlp_layer(int il, int32_t n) {
     observer_->on_matmul_input(il, MatmulSite::kDown, gate_.data(), n, c.n_ff);
     kernels::matmul(w.w_down, gate_.data(), h_.data(), n, pool_, scratch_);
   }
+  apply_scale(h_.data(), int64_t{n} * c.n_embd, w.scale.w_down);
   all_reduce(h_.data(), int64_t{n} * c.n_embd);  // each rank's feed-forward share
   residual(w.post_ffn_norm, n);
 }

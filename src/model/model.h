@@ -185,6 +185,9 @@ class Model {
   void validate(const Batch& batch, const KvCache& cache) const;
   void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
+  // A gated-DeltaNet layer (model_recurrent.cpp): each sequence's state in the cache carried
+  // over its new tokens.
+  void delta_net_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
   void mlp_layer(int il, int32_t n_tokens);
   void residual(const float* post_norm, int32_t n_tokens);  // x += (normed) h, per token row
   void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp
@@ -258,6 +261,16 @@ class Model {
   AlignedVector<float> expert_out_;             // [n_tokens][n_embd]
   AlignedVector<float> moe_sum_;                // [n_tokens][n_embd]
   std::vector<kernels::AttentionSequence> attention_items_;  // one per batch sequence
+  // Gated attention (attn_output_gate): attn_q's rows, each head's q then its gate.
+  AlignedVector<float> q_gate_;                 // [n_tokens][n_head][2 * d_head]
+  // Gated DeltaNet layers: the q/k/v projection before and after the conv, the output gate z,
+  // the recurrence's output, and beta and g per value head.
+  AlignedVector<float> ssm_mix_;                // [n_tokens][conv channels]
+  AlignedVector<float> ssm_conv_;               // [n_tokens][conv channels]
+  AlignedVector<float> ssm_z_;                  // [n_tokens][ssm_inner]
+  AlignedVector<float> ssm_core_;               // [n_tokens][ssm_inner]
+  AlignedVector<float> ssm_beta_;               // [n_tokens][ssm_heads]
+  AlignedVector<float> ssm_g_;                  // [n_tokens][ssm_heads]
 
   // RoPE angles: computed once per step for each distinct layer setting (Gemma 3 has a
   // local and a global one), then applied to q and k of every layer that uses it.

@@ -15,7 +15,8 @@ namespace {
 template <class F>
 void for_each_layer_matrix(const ModelWeights& weights, const ModelConfig& config, F f) {
   for (const LayerWeights& l : weights.layers) {
-    for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.gate_inp})
+    for (const kernels::WeightMatrix* w : {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down, &l.gate_inp,
+                                           &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out})
       if (w->data != nullptr) f(*w, 1.0);
     // Of the experts, a token runs the n_expert_used its router picks: their share.
     const double active = l.experts.empty() ? 0.0 : double(config.n_expert_used) / double(l.experts.size());

@@ -1,0 +1,73 @@
+// The hybrid models' recurrent token mixers. A gated-DeltaNet layer (Qwen3-Next, Qwen 3.5),
+// as llama.cpp's qwen35 graph computes it:
+//   h = rms_norm(x) * attn_norm
+//   [q k v] = attn_qkv h;  z = attn_gate h;  beta = sigmoid(ssm_beta h)
+//   g = softplus(ssm_alpha h + ssm_dt) * ssm_a                    (ssm_a = -exp(A_log))
+//   [q k v] = silu(causal_conv1d([q k v]))  over the sequence, carrying the conv tail
+//   q, k L2-normalised per key head;  o = gated delta rule (state carried, q scaled 1/sqrt(d_k))
+//   o = rms_norm(o per value head) * ssm_norm * silu(z);  x += ssm_out o
+// Each sequence's conv tail and DeltaNet state live in the KV cache (KvCache::state), laid
+// out as ModelConfig::state_floats counts them: the tail, then the state.
+#include <cmath>
+
+#include "kernels/gemm/gemm.h"
+#include "kernels/ops/ops.h"
+#include "kernels/recurrent/recurrent.h"
+#include "model/model.h"
+
+namespace ridge {
+
+void Model::delta_net_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
+  const ModelConfig& c = config_;
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
+  const int64_t d = c.n_embd;
+  const int64_t key_dim = int64_t{c.ssm_groups} * c.ssm_state, value_dim = c.ssm_inner;
+  const int64_t channels = 2 * key_dim + value_dim;
+  const int64_t heads = c.ssm_heads, d_v = value_dim / heads;
+
+  kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, d, c.norm_eps);
+  if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kQkv, h_.data(), n, c.n_embd);
+  {  // one parallel region, h quantized once
+    const kernels::WeightMatrix* ws[] = {&w.ssm_qkv, &w.ssm_z, &w.ssm_beta, &w.ssm_alpha};
+    float* ys[] = {ssm_mix_.data(), ssm_z_.data(), ssm_beta_.data(), ssm_g_.data()};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(ssm_mix_.data(), n * channels, w.scale.ssm_qkv);
+    apply_scale(ssm_z_.data(), n * value_dim, w.scale.ssm_z);
+    apply_scale(ssm_beta_.data(), n * heads, w.scale.ssm_beta);
+    apply_scale(ssm_g_.data(), n * heads, w.scale.ssm_alpha);
+  }
+  for (int64_t t = 0; t < n; ++t) {
+    float* beta = ssm_beta_.data() + t * heads;
+    float* g = ssm_g_.data() + t * heads;
+    for (int64_t hd = 0; hd < heads; ++hd) {
+      beta[hd] = 1.0f / (1.0f + std::exp(-beta[hd]));
+      const float a = g[hd] + w.ssm_dt[hd];
+      const float softplus = a > 20.0f ? a : std::log(1.0f + std::exp(a));  // ggml's softplus
+      g[hd] = softplus * w.ssm_a[hd];
+    }
+  }
+
+  const kernels::DeltaNetShape shape{heads, c.ssm_groups, c.ssm_state, d_v,
+                                     1.0f / std::sqrt(static_cast<float>(c.ssm_state))};
+  const int64_t conv_floats = (c.ssm_conv_kernel - 1) * channels;
+  for (const BatchSequence& s : b.sequences) {
+    float* state = cache.state(il, s.seq);
+    const int64_t r = s.first;
+    kernels::causal_conv1d(state, ssm_mix_.data() + r * channels, channels, w.ssm_conv, nullptr,
+                           ssm_conv_.data() + r * channels, s.n_tokens, channels, c.ssm_conv_kernel, /*silu=*/true);
+    float* qkv = ssm_conv_.data() + r * channels;
+    kernels::l2_norm_heads(qkv, s.n_tokens, channels, 2 * c.ssm_groups, c.ssm_state, c.norm_eps);  // q and k heads
+    kernels::gated_delta_rule(state + conv_floats, qkv, qkv + key_dim, channels, qkv + 2 * key_dim, channels,
+                              ssm_g_.data() + r * heads, ssm_beta_.data() + r * heads,
+                              ssm_core_.data() + r * value_dim, s.n_tokens, shape, nullptr, &pool_);
+  }
+  kernels::rms_norm_gated(ssm_core_.data(), ssm_z_.data(), w.ssm_norm, d_v, ssm_core_.data(), n, value_dim, d_v,
+                          c.norm_eps, /*gate_first=*/false);
+  if (observer_ != nullptr)
+    observer_->on_matmul_input(il, MatmulSite::kAttnOutput, ssm_core_.data(), n, static_cast<int32_t>(value_dim));
+  kernels::matmul(w.ssm_out, ssm_core_.data(), h_.data(), n, pool_, scratch_);
+  apply_scale(h_.data(), n * d, w.scale.ssm_out);
+  residual(nullptr, n);
+}
+
+}  // namespace ridge
