@@ -102,6 +102,7 @@ void run_size(const SizeOptions& opt) {
         {"weight_bytes_per_param", r.weight_bytes_per_param},
         {"kv_bytes_per_token", r.kv_bytes_per_token},
         {"kv_bytes_per_conversation", r.kv_bytes_per_conversation},
+        {"state_bytes_per_sequence", r.state_bytes_per_sequence},
         {"arithmetic", lines_json(r.lines)},
     };
     if (d.tp > 1) {

@@ -109,12 +109,18 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   s.max_step_tokens = std::min(o.max_batch_tokens, std::max(s.n_ctx, o.parallel));
   s.kv = model.kv_cache_config(0, o.parallel, s.n_ctx);
   s.kv.max_step_tokens = s.max_step_tokens;
-  s.kv.prefix_cache = o.prefix_cache;
+  // A hybrid model's recurrent state cannot be rebuilt from cached blocks yet (no state
+  // checkpoints at block boundaries): no prefix reuse for it.
+  s.kv.prefix_cache = o.prefix_cache && !c.is_hybrid();
   s.kv.dtype = o.kv_type;
   // Slack: each sequence's last block is partly filled.
   const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
   s.kv_bytes_all_contexts = per_sequence * static_cast<size_t>(o.parallel);
-  s.kv.budget_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes : std::min(kDefaultBudgetCap, s.kv_bytes_all_contexts);
+  // Recurrent state: a fixed size per sequence slot, whatever the context, on top of the K/V.
+  const size_t state_bytes =
+      sizeof(float) * static_cast<size_t>(kv_state_floats_per_sequence(s.kv)) * static_cast<size_t>(o.parallel);
+  s.kv.budget_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes
+                                            : std::min(kDefaultBudgetCap, s.kv_bytes_all_contexts) + state_bytes;
   return s;
 }
 

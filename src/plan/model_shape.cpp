@@ -130,7 +130,14 @@ ModelShape shape_from_gguf(const gguf::File& file) {
   m.d_head = c.d_head;
   m.n_ff = c.n_ff;
   m.n_vocab = c.n_vocab;
-  for (const LayerConfig& l : c.layers) m.layer_window.push_back(l.window);
+  for (int32_t il = 0; il < c.n_layer; ++il) {
+    if (c.layers[static_cast<size_t>(il)].kind == LayerKind::kAttention) {
+      m.layer_window.push_back(c.layers[static_cast<size_t>(il)].window);
+    } else {
+      ++m.n_recurrent_layers;
+      m.state_bytes_per_sequence += 4.0 * static_cast<double>(c.state_floats(il));
+    }
+  }
 
   std::map<std::string, double> bytes_by_type;
   for (const gguf::TensorInfo& t : file.tensors()) {

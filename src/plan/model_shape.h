@@ -36,7 +36,11 @@ struct ModelShape {
   int32_t d_head = 0;
   int32_t n_ff = 0;
   int32_t n_vocab = 0;
-  std::vector<int32_t> layer_window;  // [n_layer] sliding window in tokens; 0 = global
+  std::vector<int32_t> layer_window;  // [attention layers] sliding window in tokens; 0 = global
+  // Hybrid models: the recurrent layers (no K/V), and the f32 state one sequence keeps in
+  // them (the engine's KvCache::state_bytes_per_sequence, before its cache-line padding).
+  int32_t n_recurrent_layers = 0;
+  double state_bytes_per_sequence = 0.0;
   // GGUF only: the weights as stored, and their types ("q4_K 61%, q6_K 39%" by bytes).
   double file_weight_bytes = 0.0;
   double file_whole_bytes = 0.0;  // of those, the tensors of n_whole_params

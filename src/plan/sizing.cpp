@@ -160,14 +160,28 @@ SizeReport compute_size(const ModelShape& m, const Deployment& d) {
          format_both(r.weight_bytes));
 
   const double b = d.kv.bytes_per_value;
-  r.kv_bytes_per_token = 2.0 * m.n_layer * m.n_kv_head * m.d_head * b;
-  line("KV per token", str_cat("2 (K,V) x ", m.n_layer, " layers x ", m.n_kv_head, " KV heads x ", m.d_head,
-                               " dims x ", bytes_text(b), " (", d.kv.name, ")"),
+  const auto n_kv_layers = static_cast<int64_t>(m.layer_window.size());
+  r.kv_bytes_per_token = 2.0 * static_cast<double>(n_kv_layers) * m.n_kv_head * m.d_head * b;
+  line("KV per token", str_cat("2 (K,V) x ", n_kv_layers, m.n_recurrent_layers > 0 ? " attention" : "",
+                               " layers x ", m.n_kv_head, " KV heads x ", m.d_head, " dims x ", bytes_text(b), " (",
+                               d.kv.name, ")"),
        small_bytes(r.kv_bytes_per_token));
 
   r.kv_bytes_per_conversation = kv_bytes_for_context(m, b, d.ctx);
   const auto groups = m.layers_by_window();
-  if (groups.size() == 1 && groups.begin()->first == 0) {
+  if (m.n_recurrent_layers > 0) {
+    // A hybrid: K/V of the attention layers grows with the context, the recurrent layers'
+    // state does not.
+    r.state_bytes_per_sequence = m.state_bytes_per_sequence;
+    line("recurrent state per sequence", str_cat(m.n_recurrent_layers, " recurrent layers (conv tail + state, f32), ",
+                                                 "whatever the context"),
+         format_both(r.state_bytes_per_sequence));
+    const double kv = r.kv_bytes_per_conversation;
+    r.kv_bytes_per_conversation += r.state_bytes_per_sequence;
+    line("KV + state per conversation", str_cat(format_si(kv), " (K/V of ", format_count(d.ctx), " tokens) + ",
+                                                format_si(r.state_bytes_per_sequence), " (state)"),
+         format_both(r.kv_bytes_per_conversation));
+  } else if (groups.size() == 1 && groups.begin()->first == 0) {
     line("KV per conversation", str_cat(format_count(static_cast<int64_t>(r.kv_bytes_per_token)), " B x ",
                                         format_count(d.ctx), " tokens"),
          format_both(r.kv_bytes_per_conversation));

@@ -61,7 +61,9 @@ struct SizeReport {
   double weight_bytes = 0.0;
   double weight_bytes_per_param = 0.0;
   double kv_bytes_per_token = 0.0;         // every layer, before any window cap
-  double kv_bytes_per_conversation = 0.0;  // ctx tokens, window layers capped
+  double kv_bytes_per_conversation = 0.0;  // ctx tokens, window layers capped, plus the
+                                           // recurrent state of a hybrid model
+  double state_bytes_per_sequence = 0.0;   // hybrid models: the recurrent layers' state
   // Only with GPUs:
   double total_bytes = 0.0;
   double reserve_bytes = 0.0;
@@ -74,8 +76,8 @@ struct SizeReport {
   std::vector<ArithmeticLine> lines;
 };
 
-// KV bytes one conversation of ctx tokens holds: per layer 2 x n_kv_head x d_head x
-// bytes_per_value x min(ctx, window) (window 0 = ctx).
+// KV bytes one conversation of ctx tokens holds: per attention layer 2 x n_kv_head x d_head
+// x bytes_per_value x min(ctx, window) (window 0 = ctx).
 double kv_bytes_for_context(const ModelShape& model, double kv_bytes_per_value, int64_t ctx);
 
 // Weight bytes under a format (file: the GGUF's tensor bytes). Throws ridge::Error for
