@@ -64,8 +64,10 @@ void run_whole(Model& model, const CalibrationSet& set, ForwardObserver& observe
 }
 
 std::vector<std::string> site_matrix_names(const gguf::File& file, int32_t il, MatmulSite site) {
-  static constexpr const char* kQkv[] = {"attn_q", "attn_k", "attn_v", "attn_qkv"};
-  static constexpr const char* kAttnOutput[] = {"attn_output"};
+  // A gated-DeltaNet layer (Qwen 3.5) reads the same normed input in attn_qkv, attn_gate,
+  // ssm_beta and ssm_alpha, and its output projection is ssm_out.
+  static constexpr const char* kQkv[] = {"attn_q", "attn_k", "attn_v", "attn_qkv", "attn_gate", "ssm_beta", "ssm_alpha"};
+  static constexpr const char* kAttnOutput[] = {"attn_output", "ssm_out"};
   static constexpr const char* kGateUp[] = {"ffn_gate", "ffn_up"};
   static constexpr const char* kDown[] = {"ffn_down"};
   std::span<const char* const> candidates;
