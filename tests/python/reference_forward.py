@@ -35,6 +35,19 @@ Conventions follow llama.cpp where an architecture leaves a choice open:
   over ffn_gate_inp's logits, the expert_used_count most probable experts (ties to the
   lower id), their probabilities renormalised to sum 1 (not for olmoe), times
   <arch>.expert_weights_scale if set; each expert a SwiGLU FFN.
+- qwen35 (Qwen 3.5, a hybrid; llama.cpp models/qwen35.cpp and conversion/qwen.py): layers
+  are gated DeltaNet unless attention.recurrent_layers (or every full_attention_interval-th
+  layer, default 4) says attention. The attention layers are qwen3's with attn_q holding
+  each head's q then a gate (output * sigmoid(gate)), NEOX RoPE on rope.dimension_count
+  dims (text positions are equal on every mrope axis). The DeltaNet layers as the Gated
+  DeltaNet paper (Yang, Kautz, Hatamizadeh 2024, eq. 10) writes them, per value head h with
+  key/query head h % group_count (the converter tiles V heads for that) and S_h in
+  R^{d_v x d_k} from zero: [q k v] = causal depthwise conv (ssm_conv1d, kernel conv_kernel,
+  no bias) of attn_qkv x, then SiLU; q, k L2-normalised (max(||.||, eps)); alpha =
+  exp(softplus(ssm_alpha x + ssm_dt.bias) * ssm_a); beta = sigmoid(ssm_beta x);
+  S_t = S_{t-1} alpha_t (I - beta_t k_t k_t^T) + beta_t v_t k_t^T; o_t = S_t q_t / sqrt(d_k);
+  out = ssm_out (rms_norm(o_h) * ssm_norm * silu(z_h)) with z = attn_gate x. The pre-MLP
+  norm is post_attention_norm. nextn (MTP) blocks after the trunk are not run.
 - RoPE frequency factors: rope_freqs.weight (Llama 3.x) divides each pair's frequency;
   rope_factors_long/short.weight (LongRoPE, Phi-3): the long ones when the context the
   engine runs with (load(n_ctx=...), default the model's context_length, as llama.cpp's
@@ -55,7 +68,7 @@ import numpy as np
 import gguf
 from gguf.quants import dequantize
 
-SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "olmoe")
+SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "olmoe", "qwen35")
 
 # Matrices held as float32 are upcast to float64 in row chunks of about this many
 # elements, so a product never materializes a whole float64 copy of a large matrix.
@@ -130,6 +143,14 @@ class HParams:
     n_ff_exp: int = 0         # one expert's FFN width
     expert_renorm: bool = False  # renormalise the chosen experts' probabilities
     expert_weights_scale: float = 0.0  # 0 or 1: none
+    # qwen35 (gated DeltaNet hybrid)
+    recurrent_layers: list = field(default_factory=list)  # per layer: a DeltaNet layer
+    attn_gate: bool = False   # attn_q holds q and an output gate per head
+    ssm_conv: int = 0         # conv kernel
+    ssm_d_k: int = 0          # key head size (ssm.state_size)
+    ssm_n_k: int = 0          # key heads (ssm.group_count)
+    ssm_n_v: int = 0          # value heads (ssm.time_step_rank)
+    ssm_d_v: int = 0          # value head size (ssm.inner_size / n_v)
 
 
 class _Metadata:
@@ -213,8 +234,24 @@ def _read_hparams(md: _Metadata) -> HParams:
         if window > 0:
             hp.sliding_window = window
             hp.swa_layers = [True] * n_layer
-    if arch in ("qwen3", "qwen3moe"):
+    if arch in ("qwen3", "qwen3moe", "qwen35"):
         hp.qk_norm = True
+    if arch == "qwen35":
+        n_nextn = md.scalar_int(a + "nextn_predict_layers", 0)
+        hp.n_layer = n_layer = n_layer - n_nextn
+        hp.swa_layers = [False] * n_layer
+        flags = md.get(a + "attention.recurrent_layers")
+        if isinstance(flags, list):
+            hp.recurrent_layers = [bool(x) for x in flags[:n_layer]]
+        else:
+            interval = md.scalar_int(a + "full_attention_interval", 4)
+            hp.recurrent_layers = [(il + 1) % interval != 0 for il in range(n_layer)]
+        hp.attn_gate = True
+        hp.ssm_conv = md.scalar_int(a + "ssm.conv_kernel")
+        hp.ssm_d_k = md.scalar_int(a + "ssm.state_size")
+        hp.ssm_n_k = md.scalar_int(a + "ssm.group_count")
+        hp.ssm_n_v = md.scalar_int(a + "ssm.time_step_rank")
+        hp.ssm_d_v = md.scalar_int(a + "ssm.inner_size") // hp.ssm_n_v
     if arch == "olmoe":
         hp.qk_norm_whole = True
     if arch == "phi3":
@@ -301,6 +338,11 @@ class _Weights:
         # of 16 rows, and each piece of a np.memmap pays its subclass's bookkeeping (a third of
         # gguf-py's dequantizing time on the 1.5B model).
         w = np.asarray(dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32).reshape(numpy_shape)
+        # llama.cpp's per-tensor output scale (<matrix>.scale, {1}): y = (W x) * s, the same
+        # as W * s. (<matrix>.input_scale it loads and never applies.)
+        scale = self.tensors.get(name[:-len(".weight")] + ".scale") if name.endswith(".weight") else None
+        if scale is not None:
+            w = w * np.float32(np.asarray(scale.data, dtype=np.float32).reshape(-1)[0])
         if shape is not None and w.shape != tuple(shape):
             raise ReferenceModelError(f"{self.path}: tensor '{name}' has shape {w.shape} "
                                  f"(numpy order), expected {tuple(shape)}")
@@ -337,6 +379,17 @@ class _Layer:
     gate_exps: np.ndarray | None = None  # [n_expert, n_ff_exp, n_embd]
     up_exps: np.ndarray | None = None    # [n_expert, n_ff_exp, n_embd]
     down_exps: np.ndarray | None = None  # [n_expert, n_embd, n_ff_exp]
+    # gated DeltaNet (qwen35): attn_qkv, attn_gate, ssm_beta, ssm_alpha [out, n_embd];
+    # conv [channels, kernel]; dt, a [n_v]; ssm_norm [d_v]; ssm_out [n_embd, n_v * d_v]
+    ssm_qkv: np.ndarray | None = None
+    ssm_z: np.ndarray | None = None
+    ssm_beta: np.ndarray | None = None
+    ssm_alpha: np.ndarray | None = None
+    ssm_conv: np.ndarray | None = None
+    ssm_dt: np.ndarray | None = None
+    ssm_a: np.ndarray | None = None
+    ssm_norm: np.ndarray | None = None
+    ssm_out: np.ndarray | None = None
 
 
 class KvCache:
@@ -345,6 +398,8 @@ class KvCache:
     def __init__(self, n_layer: int):
         self.k = [None] * n_layer   # [n_past, n_head_kv, d_head]
         self.v = [None] * n_layer   # [n_past, n_head_kv, d_value]
+        self.conv = [None] * n_layer  # DeltaNet layers: the inputs seen so far [n_past, channels]
+        self.S = [None] * n_layer     # DeltaNet layers: [n_v, d_v, d_k] (S_h as in the paper)
         self.n_past = 0
 
 
@@ -450,17 +505,20 @@ class Model:
         self.layers = []
         for il in range(hp.n_layer):
             b = f"blk.{il}."
+            if hp.recurrent_layers and hp.recurrent_layers[il]:
+                self.layers.append(self._delta_net_weights(b))
+                continue
             wq, wk, wv = self._qkv_weights(b)
             w_gate, w_up, w_down = self._dense_ffn_weights(b) if hp.n_expert == 0 else (None, None, None)
             layer = _Layer(
                 attn_norm=ws.get(b + "attn_norm.weight", (e,)),
                 wq=wq, wk=wk, wv=wv,
                 wo=ws.get(b + "attn_output.weight", (e, nh * dv)),
-                bq=opt(b + "attn_q.bias", (nh * dh,)),
+                bq=opt(b + "attn_q.bias", ((2 if hp.attn_gate else 1) * nh * dh,)),
                 bk=opt(b + "attn_k.bias", (nkv * dh,)),
                 bv=opt(b + "attn_v.bias", (nkv * dv,)),
                 bo=opt(b + "attn_output.bias", (e,)),
-                ffn_norm=ws.get(b + "ffn_norm.weight", (e,)),
+                ffn_norm=ws.get(b + ("post_attention_norm.weight" if hp.arch == "qwen35" else "ffn_norm.weight"), (e,)),
                 w_gate=w_gate, w_up=w_up, w_down=w_down,
             )
             if hp.qk_norm:
@@ -508,10 +566,33 @@ class Model:
         if self.rope_freqs is not None:
             self.rope_freqs = self.rope_freqs.astype(np.float64)
 
+    def _delta_net_weights(self, b: str) -> _Layer:
+        hp, ws = self.hparams, self._weights
+        e = hp.n_embd
+        key_dim, value_dim = hp.ssm_n_k * hp.ssm_d_k, hp.ssm_n_v * hp.ssm_d_v
+        w_gate, w_up, w_down = self._dense_ffn_weights(b)
+        return _Layer(
+            attn_norm=ws.get(b + "attn_norm.weight", (e,)), wq=None, wk=None, wv=None, wo=None,
+            bq=None, bk=None, bv=None, bo=None,
+            ffn_norm=ws.get(b + "post_attention_norm.weight", (e,)),
+            w_gate=w_gate, w_up=w_up, w_down=w_down,
+            ssm_qkv=ws.get(b + "attn_qkv.weight", (2 * key_dim + value_dim, e)),
+            ssm_z=ws.get(b + "attn_gate.weight", (value_dim, e)),
+            ssm_beta=ws.get(b + "ssm_beta.weight", (hp.ssm_n_v, e)),
+            ssm_alpha=ws.get(b + "ssm_alpha.weight", (hp.ssm_n_v, e)),
+            ssm_conv=ws.get(b + "ssm_conv1d.weight", (2 * key_dim + value_dim, hp.ssm_conv)),
+            ssm_dt=ws.get(b + "ssm_dt.bias", (hp.ssm_n_v,)),
+            ssm_a=ws.get(b + "ssm_a", (hp.ssm_n_v,)),
+            ssm_norm=ws.get(b + "ssm_norm.weight", (hp.ssm_d_v,)),
+            ssm_out=ws.get(b + "ssm_out.weight", (e, value_dim)),
+        )
+
     def _qkv_weights(self, b: str):
         """wq, wk, wv; split from a fused attn_qkv (rows q, then k, then v) if that is stored."""
         hp, ws = self.hparams, self._weights
         e, nq, nk, nv = hp.n_embd, hp.n_head * hp.d_head, hp.n_head_kv * hp.d_head, hp.n_head_kv * hp.d_value
+        if hp.attn_gate:
+            nq *= 2   # each head's q, then its output gate
         if ws.has(b + "attn_qkv.weight"):
             w = ws.get(b + "attn_qkv.weight", (nq + nk + nv, e))
             return w[:nq], w[nq:nq + nk], w[nq + nk:]
@@ -547,10 +628,14 @@ class Model:
         hp, L = self.hparams, self.layers[il]
         n = h.shape[0]
         q = _matmul(h, L.wq)
-        k = _matmul(h, L.wk)
-        v = _matmul(h, L.wv)
         if L.bq is not None:
             q += L.bq
+        gate = None
+        if hp.attn_gate:
+            qg = q.reshape(n, hp.n_head, 2, hp.d_head)
+            q, gate = qg[:, :, 0, :].reshape(n, -1), qg[:, :, 1, :].reshape(n, -1)
+        k = _matmul(h, L.wk)
+        v = _matmul(h, L.wv)
         if L.bk is not None:
             k += L.bk
         if L.bv is not None:
@@ -598,10 +683,53 @@ class Model:
             p = np.exp(scores)
             p /= p.sum(axis=-1, keepdims=True)
             out[:, hk * group:(hk + 1) * group, :] = np.matmul(p, v_all[:, hk, :]).transpose(1, 0, 2)
-        y = _matmul(out.reshape(n, hp.n_head * hp.d_value), L.wo)
+        out = out.reshape(n, hp.n_head * hp.d_value)
+        if gate is not None:
+            out = out / (1.0 + np.exp(-gate))
+        y = _matmul(out, L.wo)
         if L.bo is not None:
             y += L.bo
         return y
+
+    def _delta_net(self, il: int, h: np.ndarray, cache: KvCache) -> np.ndarray:
+        """A gated DeltaNet layer over the new tokens h [n, n_embd], from the paper's
+        recurrence (see the module docstring), carrying the layer's state in the cache."""
+        hp, L = self.hparams, self.layers[il]
+        n = h.shape[0]
+        nk, nv, dk, dv, K = hp.ssm_n_k, hp.ssm_n_v, hp.ssm_d_k, hp.ssm_d_v, hp.ssm_conv
+        key_dim = nk * dk
+        mixed = _matmul(h, L.ssm_qkv)                                   # [n, channels]
+        seen = mixed if cache.conv[il] is None else np.concatenate([cache.conv[il], mixed])
+        cache.conv[il] = seen
+        start = seen.shape[0] - n
+        padded = np.concatenate([np.zeros((K - 1, seen.shape[1])), seen])
+        conv = np.empty_like(mixed)
+        for t in range(n):          # output t sees inputs start+t-K+1 .. start+t (zeros before 0)
+            window = padded[start + t:start + t + K]                    # [K, channels], oldest first
+            conv[t] = np.sum(window.T * L.ssm_conv, axis=1)
+        conv = _silu(conv)
+        q = conv[:, :key_dim].reshape(n, nk, dk)
+        k = conv[:, key_dim:2 * key_dim].reshape(n, nk, dk)
+        v = conv[:, 2 * key_dim:].reshape(n, nv, dv)
+        eps = hp.rms_eps
+        q = q / np.maximum(np.linalg.norm(q, axis=-1, keepdims=True), eps)
+        k = k / np.maximum(np.linalg.norm(k, axis=-1, keepdims=True), eps)
+        a = _matmul(h, L.ssm_alpha) + L.ssm_dt                           # [n, nv]
+        softplus = np.where(a > 20.0, a, np.log1p(np.exp(np.minimum(a, 20.0))))
+        alpha = np.exp(softplus * L.ssm_a)
+        beta = 1.0 / (1.0 + np.exp(-_matmul(h, L.ssm_beta)))
+        S = np.zeros((nv, dv, dk)) if cache.S[il] is None else cache.S[il]
+        o = np.empty((n, nv, dv))
+        eye = np.eye(dk)
+        for t in range(n):
+            for hv in range(nv):
+                kt, qt = k[t, hv % nk], q[t, hv % nk]
+                S[hv] = S[hv] @ (alpha[t, hv] * (eye - beta[t, hv] * np.outer(kt, kt))) + beta[t, hv] * np.outer(v[t, hv], kt)
+                o[t, hv] = S[hv] @ qt / math.sqrt(dk)
+        cache.S[il] = S
+        z = _matmul(h, L.ssm_z).reshape(n, nv, dv)
+        y = _rms_norm(o, L.ssm_norm, eps) * _silu(z)
+        return _matmul(y.reshape(n, nv * dv), L.ssm_out)
 
     def _ffn(self, il: int, h: np.ndarray) -> np.ndarray:
         L = self.layers[il]
@@ -680,7 +808,11 @@ class Model:
         x = self._embed(tokens)
         for il in range(hp.n_layer):
             L = self.layers[il]
-            a = self._attention(il, _rms_norm(x, L.attn_norm, hp.rms_eps), pos, cache)
+            normed = _rms_norm(x, L.attn_norm, hp.rms_eps)
+            if hp.recurrent_layers and hp.recurrent_layers[il]:
+                a = self._delta_net(il, normed, cache)
+            else:
+                a = self._attention(il, normed, pos, cache)
             if hp.post_norms:
                 a = _rms_norm(a, L.post_attn_norm, hp.rms_eps)
             x = x + a

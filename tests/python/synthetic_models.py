@@ -58,6 +58,19 @@ olmoe     olmoe     OLMoE-1B-7B. attn_q_norm/attn_k_norm [n_embd] over the whole
                     feed_forward_length = one expert's width (no expert_feed_forward_length),
                     output.weight required, rms eps 1e-5. Softmax, top-k, NOT renormalised.
                     [conversion/olmo.py OlmoeModel; models/olmoe.cpp]
+qwen35    qwen35    Qwen 3.5 (dense hybrid). Gated-DeltaNet layers: attn_norm, attn_qkv [n_embd,
+                    2 key_dim + value_dim] (q, k, v rows; V heads in the converter's tiled
+                    order), attn_gate [n_embd, value_dim], ssm_conv1d [kernel, channels] (F32),
+                    ssm_dt.bias, ssm_a (-exp(A_log)) [n_v], ssm_beta/ssm_alpha [n_embd, n_v],
+                    ssm_norm [d_v] (not +1), ssm_out [value_dim, n_embd]; attention layers:
+                    attn_q [n_embd, 2 n_head d_head] (each head's q, then its gate), attn_k/v,
+                    attn_q_norm/attn_k_norm [d_head], attn_output; every layer:
+                    post_attention_norm (the pre-MLP norm), ffn_gate/up/down. Keys: ssm.*,
+                    full_attention_interval, attention.recurrent_layers (bools, from HF's
+                    layer_types), rope.dimension_count d_head/4 (partial_rotary_factor 0.25),
+                    rope.dimension_sections [.., .., .., 0], key/value_length, tied output.
+                    [conversion/qwen.py Qwen3NextModel, _LinearAttentionVReorderBase,
+                    Qwen3_5TextModel; models/qwen35.cpp]
 
 Vocabularies: llama, mistral, mixtral, gemma2 use ggml-vocab-llama-spm (SentencePiece;
 Gemma's own 256k SPM vocabulary is not in the fixtures); phi3 ggml-vocab-phi-3 (its own);
@@ -130,7 +143,15 @@ FAMILIES: dict[str, FamilySpec] = {
     "olmoe": FamilySpec("olmoe", "ggml-vocab-mpt.gguf", n_embd=64, n_head=4, n_head_kv=4, d_head=16,
                         n_layer=2, n_ff=48, rope_base=10000.0, rms_eps=1e-5, n_ctx_train=4096,
                         tied_output=False, n_expert=8, n_expert_used=2),
+    "qwen35": FamilySpec("qwen35", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                         n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
+                         tied_output=True),
 }
+
+# Qwen 3.5's linear-attention sizes, shrunk: 2 key heads of 16, 4 value heads of 16 (so
+# value heads outnumber key heads, as in every released size), conv kernel 4, one full
+# attention layer in 2 (released models: 1 in 4).
+QWEN35_SSM = {"conv_kernel": 4, "d_k": 16, "n_k": 2, "n_v": 4, "interval": 2, "rope_sections": [2, 1, 1, 0]}
 
 # Llama 3.x frequency factors (conversion/llama.py generate_extra_tensors) with the
 # context shrunk with the model: Llama 3.2 has factor 32 over 8192 tokens; here factor 8
@@ -205,6 +226,10 @@ class _Tensors:
         w = (self.rng.standard_normal(shape) * std).astype(np.float32)
         keep_f32 = name.endswith("ffn_gate_inp.weight")
         self.items[name] = w.astype(np.float16) if self.f16 and not keep_f32 else w
+
+    def f32_matrix(self, name: str, *shape: int, std: float = 0.1):
+        """A matrix the converter keeps in F32 whatever --outtype says (ssm_conv1d)."""
+        self.items[name] = (self.rng.standard_normal(shape) * std).astype(np.float32)
 
     def norm(self, name: str, n: int):
         self.items[name] = (1.0 + 0.1 * self.rng.standard_normal(n)).astype(np.float32)
@@ -381,7 +406,7 @@ def write_model(path, family: str, **overrides) -> dict:
     writer.add_float32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps)
     if opts["rope_base"] is not None:
         writer.add_float32(a + "rope.freq_base", opts["rope_base"])
-    if family in ("llama", "qwen3", "qwen3moe", "gemma2"):          # HF config has head_dim
+    if family in ("llama", "qwen3", "qwen3moe", "gemma2", "qwen35"):  # HF config has head_dim
         writer.add_uint32(a + "attention.key_length", dh)
         writer.add_uint32(a + "attention.value_length", dh)
     if arch == "llama":                                              # LlamaModel.set_gguf_parameters
@@ -401,6 +426,19 @@ def write_model(path, family: str, **overrides) -> dict:
         writer.add_uint32(a + "expert_used_count", n_used)
     if family == "qwen3moe":
         writer.add_uint32(a + "expert_feed_forward_length", opts["n_ff_exp"])
+    ssm = QWEN35_SSM if family == "qwen35" else None
+    recurrent = [False] * n_layer
+    if ssm:
+        recurrent = [(il + 1) % ssm["interval"] != 0 for il in range(n_layer)]
+        writer.add_uint32(a + "ssm.conv_kernel", ssm["conv_kernel"])
+        writer.add_uint32(a + "ssm.state_size", ssm["d_k"])
+        writer.add_uint32(a + "ssm.group_count", ssm["n_k"])
+        writer.add_uint32(a + "ssm.time_step_rank", ssm["n_v"])
+        writer.add_uint32(a + "ssm.inner_size", ssm["n_v"] * ssm["d_k"])
+        writer.add_array(a + "attention.recurrent_layers", recurrent)
+        writer.add_uint32(a + "full_attention_interval", ssm["interval"])
+        writer.add_uint32(a + "rope.dimension_count", dh // 4)
+        writer.add_array(a + "rope.dimension_sections", ssm["rope_sections"])
 
     if rope_scaling == "linear":
         writer.add_string(a + "rope.scaling.type", "linear")
@@ -447,22 +485,43 @@ def write_model(path, family: str, **overrides) -> dict:
     for il in range(n_layer):
         b = f"blk.{il}."
         t.norm(b + "attn_norm.weight", e)
-        if family == "phi3":
+        if ssm:
+            key_dim, value_dim = ssm["n_k"] * ssm["d_k"], ssm["n_v"] * ssm["d_k"]
+            if recurrent[il]:
+                t.matrix(b + "attn_qkv.weight", 2 * key_dim + value_dim, e)
+                t.matrix(b + "attn_gate.weight", value_dim, e)
+                t.f32_matrix(b + "ssm_conv1d.weight", 2 * key_dim + value_dim, ssm["conv_kernel"])
+                t.vector(b + "ssm_dt.bias", t.rng.normal(0.0, 0.5, ssm["n_v"]))
+                t.vector(b + "ssm_a", -np.exp(t.rng.normal(0.0, 0.5, ssm["n_v"])))   # -exp(A_log)
+                t.matrix(b + "ssm_beta.weight", ssm["n_v"], e)
+                t.matrix(b + "ssm_alpha.weight", ssm["n_v"], e)
+                t.vector(b + "ssm_norm.weight", 1.0 + t.rng.normal(0.0, 0.1, ssm["d_k"]))
+                t.matrix(b + "ssm_out.weight", e, value_dim)
+                t.norm(b + "post_attention_norm.weight", e)
+                t.matrix(b + "ffn_gate.weight", n_ff, e)
+                t.matrix(b + "ffn_up.weight", n_ff, e)
+                t.matrix(b + "ffn_down.weight", e, n_ff)
+                continue
+            t.matrix(b + "attn_q.weight", 2 * nh * dh, e)
+            t.matrix(b + "attn_k.weight", nkv * dh, e)
+            t.matrix(b + "attn_v.weight", nkv * dh, e)
+        elif family == "phi3":
             t.matrix(b + "attn_qkv.weight", nh * dh + 2 * nkv * dh, e)
         else:
             t.matrix(b + "attn_q.weight", nh * dh, e)
             t.matrix(b + "attn_k.weight", nkv * dh, e)
             t.matrix(b + "attn_v.weight", nkv * dh, e)
         t.matrix(b + "attn_output.weight", e, nh * dh)
-        if family in ("qwen3", "qwen3moe"):
+        if family in ("qwen3", "qwen3moe", "qwen35"):
             t.norm(b + "attn_q_norm.weight", dh)
             t.norm(b + "attn_k_norm.weight", dh)
         if family == "olmoe":
             t.norm(b + "attn_q_norm.weight", nh * dh)
             t.norm(b + "attn_k_norm.weight", nkv * dh)
-        if family == "gemma2":
+        if family in ("gemma2", "qwen35"):
             t.norm(b + "post_attention_norm.weight", e)
-        t.norm(b + "ffn_norm.weight", e)
+        if family != "qwen35":
+            t.norm(b + "ffn_norm.weight", e)
         if n_expert:
             n_ff_exp = opts["n_ff_exp"] if family == "qwen3moe" else n_ff
             t.matrix(b + "ffn_gate_inp.weight", n_expert, e)
@@ -508,5 +567,6 @@ def write_model(path, family: str, **overrides) -> dict:
     elif window and family in ("mistral", "phi3"):
         swa_layers = [True] * n_layer
     return {"path": Path(path), "family": family, "arch": arch, "n_vocab": n_vocab, "n_layer": n_layer,
+            "recurrent_layers": recurrent,
             "n_expert": n_expert, "sliding_window": window if any(swa_layers) else 0, "swa_layers": swa_layers,
             "rope_scaling": rope_scaling, "dtype": dtype}

@@ -63,6 +63,10 @@ CASES = [
     Case("qwen3moe", "qwen3moe", {"seed": 3}),    # the default seed has a 6e-6 routing near-tie
     Case("mixtral", "mixtral", {"dtype": "f16"}),
     Case("olmoe", "olmoe"),
+    # Qwen 3.5: gated-DeltaNet layers carry their state across the 16-token prefill chunks
+    # and the decode steps; value heads outnumber key heads (the tiled head mapping).
+    Case("qwen35", "qwen35"),
+    Case("qwen35-f16", "qwen35", {"dtype": "f16"}),
 ] + [
     # Weight types that run as rows dequantized (no kernel of their own yet): a file with
     # them loads and computes what the reference computes from the same bytes. Rows of 256
