@@ -38,7 +38,9 @@ void validate(const KvCacheConfig& c) {
   bool any_attention = false;
   for (size_t il = 0; il < c.layers.size(); ++il) {
     const KvLayerSpec& l = c.layers[il];
-    if (l.state_floats < 0) throw Error(str_cat("kv cache: layer ", il, ": negative state_floats ", l.state_floats));
+    if (l.state_floats < 0 || l.state_tail_floats < 0 || l.state_tail_floats > l.state_floats)
+      throw Error(str_cat("kv cache: layer ", il, ": state_floats ", l.state_floats, " and its tail ",
+                          l.state_tail_floats, " must satisfy 0 <= tail <= state_floats"));
     if (l.recurrent()) {
       if (l.n_kv_head != 0 || l.d_head != 0 || l.window != 0)
         throw Error(str_cat("kv cache: layer ", il, ": a recurrent layer (state_floats ", l.state_floats,
@@ -75,6 +77,7 @@ void validate(const KvCacheConfig& c) {
                           type_traits(c.dtype).block_size, " values; use f16 or bf16"));
     }
   }
+  if (c.state_snapshots < 0) throw Error(str_cat("kv cache: state_snapshots must be >= 0, got ", c.state_snapshots));
   if (c.max_sequences < 1) {
     throw Error(str_cat("kv cache: max_sequences must be positive, got ", c.max_sequences));
   }
@@ -116,12 +119,14 @@ size_t kv_bytes_per_token(const KvCacheConfig& config) {
 
 namespace {
 constexpr int64_t kStateAlignFloats = 16;  // each layer's state starts on a cache line
-}
+int64_t padded_state(int64_t floats) { return (floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats; }
+}  // namespace
 
 int64_t kv_state_floats_per_sequence(const KvCacheConfig& config) {
   int64_t floats = 0;
+  const int64_t snapshots = std::max(config.state_snapshots, 0);
   for (const KvLayerSpec& l : config.layers)
-    if (l.recurrent()) floats += (l.state_floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
+    if (l.recurrent()) floats += padded_state(l.state_floats) + padded_state(snapshots * l.state_floats);
   return floats;
 }
 
@@ -302,7 +307,13 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   for (size_t il = 0; il < layers_.size(); ++il) {
     if (!layers_[il].recurrent()) continue;
     storage_layout_[il].state_offset = state_floats;
-    state_floats += (layers_[il].state_floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats;
+    state_floats += padded_state(layers_[il].state_floats);
+  }
+  state_live_floats_ = state_floats;
+  for (size_t il = 0; il < layers_.size(); ++il) {  // the snapshots after every live state
+    if (!layers_[il].recurrent()) continue;
+    storage_layout_[il].snapshot_offset = state_floats;
+    state_floats += padded_state(int64_t{config.state_snapshots} * layers_[il].state_floats);
   }
   state_floats_per_sequence_ = state_floats;
   offset += plan.state_bytes;
@@ -400,9 +411,11 @@ void KvCache::add_sequence(int32_t seq) {
   }
   s.first_live.assign(groups_.size(), 0);
   s.n_tokens = 0;
-  if (has_recurrent_state())  // a new sequence's recurrences start from zero
+  s.snapshot_first = 0;
+  s.n_snapshots = 0;
+  if (has_recurrent_state())  // a new sequence's recurrences start from zero (snapshots: unread)
     std::memset(storage_.get() + state_base_ + static_cast<size_t>(seq) * state_bytes_per_sequence(), 0,
-                state_bytes_per_sequence());
+                sizeof(float) * static_cast<size_t>(state_live_floats_));
   if (prefix_cache_enabled()) {
     s.tokens.clear();
     s.tokens.reserve(static_cast<size_t>(max_context_));
@@ -527,9 +540,13 @@ void KvCache::truncate(int32_t seq, int32_t n_tokens) {
     throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
                         " tokens outside the committed 0..", s.n_tokens));
   }
-  if (has_recurrent_state() && n_tokens < s.n_tokens) {
+  if (has_recurrent_state() && n_tokens < s.n_tokens &&
+      !(n_tokens > s.snapshot_first && n_tokens <= s.snapshot_first + s.n_snapshots)) {
     throw Error(str_cat("kv cache: truncate: sequence ", seq, ": cannot go back from ", s.n_tokens, " to ", n_tokens,
-                        " tokens: its recurrent layers' state holds every committed token and keeps no earlier one"));
+                        " tokens: its recurrent layers' state holds every committed token and keeps no earlier one",
+                        s.n_snapshots > 0 ? str_cat(" but those after positions ", s.snapshot_first, "..",
+                                                    s.snapshot_first + s.n_snapshots - 1)
+                                          : std::string()));
   }
   if (!prefix_.empty() && int64_t{n_tokens} < int64_t{s.n_indexed} * block_size_) {
     throw Error(str_cat("kv cache: truncate: sequence ", seq, ": ", n_tokens,
@@ -552,6 +569,19 @@ void KvCache::truncate(int32_t seq, int32_t n_tokens) {
       release_block(g, table.back());
       table.pop_back();
     }
+  }
+  if (has_recurrent_state() && n_tokens < s.n_tokens) {  // the state after token n_tokens - 1
+    const int32_t k = n_tokens - s.snapshot_first - 1;
+    for (size_t il = 0; il < layers_.size(); ++il) {
+      const KvLayerSpec& l = layers_[il];
+      if (!l.recurrent()) continue;
+      const int64_t main = l.state_floats - l.state_tail_floats;
+      float* live = state(static_cast<int32_t>(il), seq);
+      std::memcpy(live, state_snapshot(static_cast<int32_t>(il), seq, k), sizeof(float) * static_cast<size_t>(main));
+      std::memcpy(live + main, state_snapshot_tail(static_cast<int32_t>(il), seq, k),
+                  sizeof(float) * static_cast<size_t>(l.state_tail_floats));
+    }
+    s.n_snapshots = 0;
   }
   s.n_tokens = n_tokens;
   if (!prefix_.empty() && s.tokens.size() > static_cast<size_t>(n_tokens)) {
@@ -717,6 +747,30 @@ float* KvCache::state(int32_t il, int32_t seq) const {
   return reinterpret_cast<float*>(storage_.get() + state_base_ +
                                   static_cast<size_t>(seq) * state_bytes_per_sequence()) +
          storage_layout_[static_cast<size_t>(il)].state_offset;
+}
+
+float* KvCache::state_snapshot(int32_t il, int32_t seq, int32_t k) const {
+  float* live = state(il, seq);  // checks seq and il
+  if (k < 0 || k >= config_.state_snapshots)
+    throw Error(str_cat("kv cache: state snapshot ", k, " outside 0..", config_.state_snapshots - 1));
+  const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
+  const LayerStorage& s = storage_layout_[static_cast<size_t>(il)];
+  return live - s.state_offset + s.snapshot_offset + int64_t{k} * (l.state_floats - l.state_tail_floats);
+}
+
+float* KvCache::state_snapshot_tail(int32_t il, int32_t seq, int32_t k) const {
+  const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
+  return state_snapshot(il, seq, 0) + int64_t{config_.state_snapshots} * (l.state_floats - l.state_tail_floats) +
+         int64_t{k} * l.state_tail_floats;
+}
+
+void KvCache::mark_snapshots(int32_t seq, int32_t first, int32_t n) {
+  Sequence& s = sequence(seq, "mark_snapshots");
+  if (n < 0 || n > config_.state_snapshots || first < 0)
+    throw Error(str_cat("kv cache: mark_snapshots: ", n, " snapshots from position ", first, " (the cache keeps ",
+                        config_.state_snapshots, ")"));
+  s.snapshot_first = first;
+  s.n_snapshots = n;
 }
 
 KvLayerView KvCache::layer(int32_t il) const {

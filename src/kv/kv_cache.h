@@ -66,10 +66,14 @@
 // sequence slot has its own fixed-size f32 state for it instead (state(il, seq)), zeroed by
 // add_sequence, allocated with the K/V storage and taken from the same budget first
 // (max_sequences states; the K/V pools get the rest). The state holds the sequence's
-// committed tokens, so it cannot be cut back: truncate below the committed count throws,
-// and prefix caching is off (prefix_cache_enabled() false) until states are checkpointed at
-// block boundaries. Preemption frees the slot and recomputes, as for attention layers. At
-// least one layer must be an attention layer.
+// committed tokens, so it can only be cut back to a position the step that wrote it kept a
+// snapshot of: with config.state_snapshots = S, each slot also holds S copies of every
+// recurrent layer's state, which the forward pass fills with the state after each token of
+// a speculative verify chunk (mark_snapshots); truncate then restores the snapshot of the
+// last accepted token instead of recomputing (any other cut back throws). Prefix caching is
+// off (prefix_cache_enabled() false) until states are checkpointed at block boundaries.
+// Preemption frees the slot and recomputes, as for attention layers. At least one layer
+// must be an attention layer.
 #pragma once
 
 #include <cstddef>
@@ -101,6 +105,9 @@ struct KvLayerSpec {
   // 0): no K/V rows, but this many f32 of state per sequence (its conv tail and its
   // recurrence's state). See "Recurrent state" above.
   int64_t state_floats = 0;
+  // Of those, the last state_tail_floats (the conv tail) are stored apart in snapshots, so
+  // the first part of every snapshot is contiguous: [S][state_floats - tail] then [S][tail].
+  int64_t state_tail_floats = 0;
   bool recurrent() const { return state_floats > 0; }
 };
 
@@ -123,9 +130,12 @@ struct KvCacheConfig {
   int32_t max_step_tokens = 512;    // most tokens one sequence adds in one step (prefill chunk)
   bool prefix_cache = false;        // index full blocks for reuse (see "Prefix caching");
                                     // ignored when a layer is recurrent
+  int32_t state_snapshots = 0;      // recurrent layers: states kept per slot for rolling back
+                                    // one step's tokens (speculative decoding), see above
 };
 
-// Floats of recurrent state one sequence holds over all recurrent layers (0 without any).
+// Floats of recurrent state one sequence holds over all recurrent layers, snapshots included
+// (0 without any).
 int64_t kv_state_floats_per_sequence(const KvCacheConfig& config);
 
 // K and V bytes one token costs in every layer of this configuration (what
@@ -289,6 +299,15 @@ class KvCache {
   // --- storage
   // A recurrent layer's state of one sequence: [layers[il].state_floats] f32, 64-byte aligned.
   float* state(int32_t il, int32_t seq) const;
+  // Snapshot k (0 .. state_snapshots() - 1) of that state: its first part ([state_floats -
+  // tail], consecutive k contiguous) and its tail ([tail]).
+  int32_t state_snapshots() const { return config_.state_snapshots; }
+  float* state_snapshot(int32_t il, int32_t seq, int32_t k) const;
+  float* state_snapshot_tail(int32_t il, int32_t seq, int32_t k) const;
+  // The forward pass wrote snapshots 0 .. n - 1: the states after positions first .. first +
+  // n - 1 (one step's tokens, the first at position first). Truncating the sequence to t
+  // tokens, first < t <= first + n, restores snapshot t - first - 1.
+  void mark_snapshots(int32_t seq, int32_t first, int32_t n);
   KvLayerView layer(int32_t il) const;
   void* k_row(int32_t il, int32_t block, int32_t offset) const;  // [n_kv_head][d_head]
   void* v_row(int32_t il, int32_t block, int32_t offset) const;
@@ -299,7 +318,8 @@ class KvCache {
     size_t v_offset = 0;
     size_t row_bytes = 0;
     int32_t n_blocks = 0;  // of the layer's group
-    int64_t state_offset = -1;  // recurrent: floats into a sequence's state
+    int64_t state_offset = -1;     // recurrent: floats into a sequence's state
+    int64_t snapshot_offset = -1;  // recurrent: floats into a sequence's state, its snapshots
   };
   struct Sequence {
     bool active = false;
@@ -310,6 +330,9 @@ class KvCache {
     std::vector<int32_t> tokens;              // [<= max_context] ids given to set_tokens
     std::vector<BlockHash> hashes;            // [full blocks of tokens] chain hashes
     int32_t n_indexed = 0;                    // logical blocks already offered to the index
+    // Recurrent state snapshots (mark_snapshots): after positions snapshot_first ...
+    int32_t snapshot_first = 0;
+    int32_t n_snapshots = 0;
   };
   struct FreeBytes {
     void operator()(std::byte* p) const;
@@ -342,7 +365,8 @@ class KvCache {
   DType dtype_ = DType::F32;
   size_t bytes_per_token_ = 0;
   size_t total_bytes_ = 0;
-  int64_t state_floats_per_sequence_ = 0;  // padded to 16 floats per layer
+  int64_t state_floats_per_sequence_ = 0;  // padded to 16 floats per layer, snapshots included
+  int64_t state_live_floats_ = 0;          // of those, the live states (before the snapshots)
   size_t state_base_ = 0;                  // bytes into storage_ of sequence 0's state
 };
 

@@ -97,6 +97,38 @@ TEST(RecurrentState, ASequenceCannotBeCutBackAndPrefixCachingIsOff) {
   EXPECT_EQ(cache.attach_prefix(0, tokens), 0);
 }
 
+TEST(RecurrentState, TruncateRestoresTheSnapshotOfTheLastKeptToken) {
+  KvCacheConfig c = hybrid_config(1 << 20, 1);
+  c.layers[0].state_tail_floats = 10;  // layer 0: 90 floats of state, then a 10-float tail
+  c.state_snapshots = 3;
+  KvCache cache(c);
+  cache.add_sequence(0);
+  ASSERT_TRUE(cache.reserve(0, 8));
+  cache.commit(0, 5);
+  // A verify step of 3 tokens at positions 5, 6, 7 leaves the states after each.
+  for (int k = 0; k < 3; ++k) {
+    for (int i = 0; i < 90; ++i) cache.state_snapshot(0, 0, k)[i] = 100.0f * (k + 1) + i;
+    for (int i = 0; i < 10; ++i) cache.state_snapshot_tail(0, 0, k)[i] = -100.0f * (k + 1) - i;
+    for (int i = 0; i < 37; ++i) cache.state_snapshot(2, 0, k)[i] = 1000.0f * (k + 1) + i;
+  }
+  EXPECT_EQ(cache.state_snapshot(0, 0, 1), cache.state_snapshot(0, 0, 0) + 90);  // first parts contiguous
+  for (int i = 0; i < 100; ++i) cache.state(0, 0)[i] = 7.0f;  // the live state: after position 7
+  cache.commit(0, 3);
+  cache.mark_snapshots(0, 5, 3);
+  cache.truncate(0, 7);  // keep positions 0..6: the state after position 6 is snapshot 1
+  EXPECT_EQ(cache.n_tokens(0), 7);
+  EXPECT_EQ(cache.state(0, 0)[0], 200.0f);
+  EXPECT_EQ(cache.state(0, 0)[89], 289.0f);
+  EXPECT_EQ(cache.state(0, 0)[90], -200.0f);  // the tail, back after the first part
+  EXPECT_EQ(cache.state(0, 0)[99], -209.0f);
+  EXPECT_EQ(cache.state(2, 0)[36], 2036.0f);
+  // The snapshots are spent: going back again needs a new step's.
+  EXPECT_THROW(cache.truncate(0, 6), Error);
+  cache.mark_snapshots(0, 7, 1);
+  EXPECT_THROW(cache.truncate(0, 6), Error);  // position 7's snapshot cannot give the state after 5
+  EXPECT_THROW(cache.mark_snapshots(0, 7, 4), Error);  // more than the cache keeps
+}
+
 TEST(RecurrentState, ConfigurationsThatMakeNoSenseAreRefused) {
   KvCacheConfig c = hybrid_config(1 << 20, 1);
   c.layers[0] = KvLayerSpec{1, 16, 0, 100};  // K/V and a state
