@@ -113,6 +113,10 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   // checkpoints at block boundaries): no prefix reuse for it.
   s.kv.prefix_cache = o.prefix_cache && !c.is_hybrid();
   s.kv.dtype = o.kv_type;
+  // Speculative decoding on a hybrid: a verify chunk (the decode token and its drafts) keeps
+  // the recurrent state after each token, so a rejection rolls back to the last accepted one.
+  if (c.is_hybrid() && o.speculative.method != SpecMethod::kNone)
+    s.kv.state_snapshots = 1 + std::max(o.speculative.draft_max, 0);
   // Slack: each sequence's last block is partly filled.
   const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
   s.kv_bytes_all_contexts = per_sequence * static_cast<size_t>(o.parallel);

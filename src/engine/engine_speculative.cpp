@@ -39,12 +39,11 @@ bool is_greedy(const Sampler& s) { return s.params().temperature <= 0.0f; }
 void Engine::Impl::setup_speculation(Model* draft_model) {
   const SpeculativeOptions& spec = options.speculative;
   if (spec.method == SpecMethod::kNone) return;
-  // Verifying drafts rolls rejected tokens back; a recurrent layer's state cannot roll back
-  // yet (it keeps no per-position snapshots).
-  for (const Model* m : {&model, draft_model})
-    if (m != nullptr && m->config().is_hybrid())
-      throw Error(str_cat("engine: speculative decoding is not supported yet for ", m->config().arch,
-                          " models (their recurrent layers cannot roll back rejected drafts); run without --spec"));
+  // A hybrid target keeps state snapshots for its verify chunks (size_engine); a draft
+  // model's own cache rolls back differently, and a hybrid one does not yet.
+  if (draft_model != nullptr && draft_model->config().is_hybrid())
+    throw Error(str_cat("engine: a ", draft_model->config().arch, " draft model is not supported yet (its recurrent ",
+                        "layers cannot roll back rejected drafts); use a transformer draft or --spec ngram"));
   if (spec.draft_max < 1 || spec.draft_max > 32)
     throw Error(str_cat("engine: draft_max must be in 1..32, got ", spec.draft_max));
   if (spec.method == SpecMethod::kNgram) {

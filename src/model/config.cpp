@@ -100,6 +100,11 @@ int64_t ModelConfig::state_floats(int32_t il) const {
   return 0;
 }
 
+int64_t ModelConfig::state_tail_floats(int32_t il) const {
+  if (layers[static_cast<size_t>(il)].kind == LayerKind::kAttention) return 0;
+  return (ssm_conv_kernel - 1) * (2 * int64_t{ssm_groups} * ssm_state + ssm_inner);
+}
+
 const std::vector<std::string>& ModelConfig::supported_architectures() {
   static const std::vector<std::string> names = [] {
     std::vector<std::string> n;

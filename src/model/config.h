@@ -97,8 +97,11 @@ struct ModelConfig {
   int32_t n_nextn_layers = 0;    // nextn_predict_layers: MTP blocks after the n_layer trunk
                                  // (blk.n_layer ...); loaded, not run
   bool is_hybrid() const;
-  // Floats of recurrent state layer il keeps per sequence (0 for attention layers).
+  // Floats of recurrent state layer il keeps per sequence (0 for attention layers), and of
+  // those the conv tail, stored last: a DeltaNet layer's state is [n_v][d_v][d_k], then the
+  // tail [conv_kernel - 1][conv channels].
   int64_t state_floats(int32_t il) const;
+  int64_t state_tail_floats(int32_t il) const;
 
   static ModelConfig from_gguf(const gguf::File& file);
   static const std::vector<std::string>& supported_architectures();

@@ -220,7 +220,7 @@ KvCacheConfig Model::kv_cache_config(size_t budget_bytes, int32_t max_sequences,
     if (l.kind == LayerKind::kAttention)
       kv.layers.push_back({shard_.n_kv_head, config_.d_head, l.window});
     else
-      kv.layers.push_back({0, 0, 0, config_.state_floats(il)});
+      kv.layers.push_back({0, 0, 0, config_.state_floats(il), config_.state_tail_floats(il)});
   }
   kv.budget_bytes = budget_bytes;
   kv.max_sequences = max_sequences;
@@ -286,6 +286,10 @@ void Model::forward(const Batch& b, KvCache& cache, const LogitSink& sink) {
   load_step_tables(b, cache);
   const bool stopped = !run_layers(b, cache);
   for (const BatchSequence& s : b.sequences) {
+    // A verify chunk's recurrent states after each of its tokens (delta_net_layer wrote them):
+    // rejected drafts roll back to the last accepted one.
+    if (cache.has_recurrent_state())
+      cache.mark_snapshots(s.seq, s.start_pos, snapshots_states(s, cache) ? s.n_tokens : 0);
     cache.commit(s.seq, s.n_tokens);
     cache.recycle_window(s.seq, s.n_tentative);
   }

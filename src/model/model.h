@@ -188,6 +188,11 @@ class Model {
   // A gated-DeltaNet layer (model_recurrent.cpp): each sequence's state in the cache carried
   // over its new tokens.
   void delta_net_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
+  // Whether this step keeps the sequence's recurrent state after each of its tokens: a
+  // speculative verify chunk (drafts in it) in a cache with room for its snapshots.
+  static bool snapshots_states(const BatchSequence& s, const KvCache& cache) {
+    return s.n_tentative > 0 && cache.state_snapshots() >= s.n_tokens;
+  }
   void mlp_layer(int il, int32_t n_tokens);
   void residual(const float* post_norm, int32_t n_tokens);  // x += (normed) h, per token row
   void moe_layer(int il, int32_t n_tokens);  // model_moe.cpp

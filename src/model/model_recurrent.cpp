@@ -6,9 +6,12 @@
 //   [q k v] = silu(causal_conv1d([q k v]))  over the sequence, carrying the conv tail
 //   q, k L2-normalised per key head;  o = gated delta rule (state carried, q scaled 1/sqrt(d_k))
 //   o = rms_norm(o per value head) * ssm_norm * silu(z);  x += ssm_out o
-// Each sequence's conv tail and DeltaNet state live in the KV cache (KvCache::state), laid
-// out as ModelConfig::state_floats counts them: the tail, then the state.
+// Each sequence's DeltaNet state and conv tail live in the KV cache (KvCache::state), laid
+// out as ModelConfig::state_floats counts them: the state, then the tail. A speculative
+// verify chunk also leaves the state and the tail after each of its tokens in the cache's
+// snapshots, so rejected drafts are rolled back without recomputing.
 #include <cmath>
+#include <cstring>
 
 #include "kernels/gemm/gemm.h"
 #include "kernels/ops/ops.h"
@@ -49,17 +52,31 @@ void Model::delta_net_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
 
   const kernels::DeltaNetShape shape{heads, c.ssm_groups, c.ssm_state, d_v,
                                      1.0f / std::sqrt(static_cast<float>(c.ssm_state))};
-  const int64_t conv_floats = (c.ssm_conv_kernel - 1) * channels;
+  const int64_t delta_floats = int64_t{c.ssm_inner} * c.ssm_state;
+  const int64_t tail_rows = c.ssm_conv_kernel - 1;
   for (const BatchSequence& s : b.sequences) {
-    float* state = cache.state(il, s.seq);
+    float* delta = cache.state(il, s.seq);
+    float* conv = delta + delta_floats;
     const int64_t r = s.first;
-    kernels::causal_conv1d(state, ssm_mix_.data() + r * channels, channels, w.ssm_conv, nullptr,
+    const bool snapshots = snapshots_states(s, cache);
+    if (snapshots) {  // the conv tail after token i: the last tail_rows of [old tail, x_0 .. x_i]
+      for (int32_t i = 0; i < s.n_tokens; ++i) {
+        float* tail = cache.state_snapshot_tail(il, s.seq, i);
+        for (int64_t row = 0; row < tail_rows; ++row) {
+          const int64_t j = i - (tail_rows - 1) + row;  // input index; < 0: still the old tail
+          const float* src = j < 0 ? conv + (tail_rows + j) * channels : ssm_mix_.data() + (r + j) * channels;
+          std::memcpy(tail + row * channels, src, sizeof(float) * static_cast<size_t>(channels));
+        }
+      }
+    }
+    kernels::causal_conv1d(conv, ssm_mix_.data() + r * channels, channels, w.ssm_conv, nullptr,
                            ssm_conv_.data() + r * channels, s.n_tokens, channels, c.ssm_conv_kernel, /*silu=*/true);
     float* qkv = ssm_conv_.data() + r * channels;
     kernels::l2_norm_heads(qkv, s.n_tokens, channels, 2 * c.ssm_groups, c.ssm_state, c.norm_eps);  // q and k heads
-    kernels::gated_delta_rule(state + conv_floats, qkv, qkv + key_dim, channels, qkv + 2 * key_dim, channels,
+    kernels::gated_delta_rule(delta, qkv, qkv + key_dim, channels, qkv + 2 * key_dim, channels,
                               ssm_g_.data() + r * heads, ssm_beta_.data() + r * heads,
-                              ssm_core_.data() + r * value_dim, s.n_tokens, shape, nullptr, &pool_);
+                              ssm_core_.data() + r * value_dim, s.n_tokens, shape,
+                              snapshots ? cache.state_snapshot(il, s.seq, 0) : nullptr, &pool_);
   }
   kernels::rms_norm_gated(ssm_core_.data(), ssm_z_.data(), w.ssm_norm, d_v, ssm_core_.data(), n, value_dim, d_v,
                           c.norm_eps, /*gate_first=*/false);
