@@ -217,12 +217,15 @@ class _Tensors:
     """Random tensors in numpy order ([out, in]; experts [n_expert, out, in]) with the
     converter's dtype rules."""
 
-    def __init__(self, seed: int, f16: bool):
+    def __init__(self, seed: int, f16: bool, layer_std: float = 0.1):
         self.rng = np.random.default_rng(seed)
         self.f16 = f16
+        self.layer_std = layer_std  # of the blk.* matrices
         self.items: dict[str, np.ndarray] = {}
 
     def matrix(self, name: str, *shape: int, std: float = 0.1):
+        if name.startswith("blk."):
+            std = self.layer_std
         w = (self.rng.standard_normal(shape) * std).astype(np.float32)
         keep_f32 = name.endswith("ffn_gate_inp.weight")
         self.items[name] = w.astype(np.float16) if self.f16 and not keep_f32 else w
@@ -352,6 +355,8 @@ def write_model(path, family: str, **overrides) -> dict:
     Overrides: any FamilySpec size or option named in OVERRIDABLE (rope_scaling: None,
     "llama3", "linear", "yarn", "longrope"), plus dtype ("f32" | "f16"), seed (int),
     extra_metadata ({key: value}, written as given: str, float -> f32, bool, int -> u32),
+    layer_std (the blk.* matrices' normal std, default 0.1; small: the residual stream, and so
+    the greedy output, stays close to the input token, for tests that need repetitive text),
     extra_tensors ({name: float32 array in numpy order}) and drop_tensors ([names]).
 
     weights: a GGML type name ("TQ2_0", "IQ4_NL", ...) for the 2-D and expert matrices
@@ -370,6 +375,7 @@ def write_model(path, family: str, **overrides) -> dict:
     extra_metadata = overrides.pop("extra_metadata", {})
     extra_tensors = overrides.pop("extra_tensors", {})
     weights = overrides.pop("weights", None)
+    layer_std = overrides.pop("layer_std", 0.1)
     drop_tensors = set(overrides.pop("drop_tensors", ()))
     for key, value in overrides.items():
         if key not in OVERRIDABLE:
@@ -473,7 +479,7 @@ def write_model(path, family: str, **overrides) -> dict:
     writer.add_quantization_version(2)
 
     # --- tensors ----------------------------------------------------------------------
-    t = _Tensors(seed, dtype == "f16")
+    t = _Tensors(seed, dtype == "f16", layer_std)
     t.matrix("token_embd.weight", n_vocab, e)
     if rope_scaling == "llama3":
         t.vector("rope_freqs.weight", llama3_rope_factors(dh, opts["rope_base"], **LLAMA3_ROPE))
