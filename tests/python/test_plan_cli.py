@@ -103,6 +103,21 @@ def test_gguf_size_matches_gguf_py():
     assert r["max_conversations"] == (GiB - nbytes) // (r["kv_bytes_per_token"] * 256)
 
 
+def test_a_hybrid_counts_kv_of_its_attention_layers_and_state_per_sequence(tmp_path):
+    # Qwen 3.5 layout: 2 of 4 layers attend (K/V per token); the 2 DeltaNet layers keep, per
+    # sequence, 4 value heads x 16 x 16 of state and 3 rows of 2 x 32 + 64 conv channels.
+    sys.path.insert(0, os.path.dirname(__file__))
+    import synthetic_models as sm
+    path = sm.write_model(tmp_path / "qwen35.gguf", "qwen35")["path"]
+    r = ridge_json("size", str(path), "--ctx", "1000", "--gpus", "1x1GiB")
+    per_token = 2 * 2 * 2 * 32 * 2          # K and V x 2 attention layers x 2 KV heads x 32 x fp16
+    state = 2 * (4 * 16 * 16 + 3 * 128) * 4  # f32
+    assert r["kv_bytes_per_token"] == per_token
+    assert r["state_bytes_per_sequence"] == state
+    assert r["kv_bytes_per_conversation"] == per_token * 1000 + state
+    assert r["max_conversations"] == (GiB - r["weight_bytes"]) // (per_token * 1000 + state)
+
+
 # --- ridge roofline -----------------------------------------------------------------------
 
 def test_roofline_7b_fp16_on_h100():
