@@ -78,6 +78,8 @@ void validate(const KvCacheConfig& c) {
     }
   }
   if (c.state_snapshots < 0) throw Error(str_cat("kv cache: state_snapshots must be >= 0, got ", c.state_snapshots));
+  if (c.state_checkpoints < 0)
+    throw Error(str_cat("kv cache: state_checkpoints must be >= 0, got ", c.state_checkpoints));
   if (c.max_sequences < 1) {
     throw Error(str_cat("kv cache: max_sequences must be positive, got ", c.max_sequences));
   }
@@ -115,19 +117,6 @@ size_t kv_bytes_per_token(const KvCacheConfig& config) {
   size_t bytes = 0;
   for (const KvLayerSpec& l : config.layers) bytes += 2 * kv_row_bytes(config.dtype, l);
   return bytes;
-}
-
-namespace {
-constexpr int64_t kStateAlignFloats = 16;  // each layer's state starts on a cache line
-int64_t padded_state(int64_t floats) { return (floats + kStateAlignFloats - 1) / kStateAlignFloats * kStateAlignFloats; }
-}  // namespace
-
-int64_t kv_state_floats_per_sequence(const KvCacheConfig& config) {
-  int64_t floats = 0;
-  const int64_t snapshots = std::max(config.state_snapshots, 0);
-  for (const KvLayerSpec& l : config.layers)
-    if (l.recurrent()) floats += padded_state(l.state_floats) + padded_state(snapshots * l.state_floats);
-  return floats;
 }
 
 std::vector<KvLayerSpec> uniform_kv_layers(int32_t n_layer, int32_t n_kv_head, int32_t d_head,
@@ -205,13 +194,17 @@ KvPlan plan_kv_cache(const KvCacheConfig& config) {
     }
     return total;
   };
-  // Recurrent state first: every sequence slot has its own, whatever its length.
-  plan.state_bytes = sizeof(float) * static_cast<size_t>(kv_state_floats_per_sequence(config)) *
-                     static_cast<size_t>(config.max_sequences);
+  // Recurrent state first: every sequence slot has its own, whatever its length, and the
+  // prefix cache's checkpoints come after them.
+  plan.state_bytes = kv_state_bytes(config);
   if (plan.state_bytes >= config.budget_bytes && plan.state_bytes > 0)
     throw Error(str_cat("kv cache: budget of ", config.budget_bytes, " bytes is too small: the recurrent state of ",
-                        config.max_sequences, " sequences takes ", plan.state_bytes, " bytes (",
-                        format_bytes(static_cast<double>(plan.state_bytes) / config.max_sequences),
+                        config.max_sequences, " sequences",
+                        config.prefix_cache && config.state_checkpoints > 0
+                            ? str_cat(" and ", config.state_checkpoints, " prefix-cache checkpoints")
+                            : std::string(),
+                        " takes ", plan.state_bytes, " bytes (",
+                        format_bytes(sizeof(float) * static_cast<double>(kv_state_live_floats(config))),
                         " each) before any K/V block"));
   const size_t kv_budget = config.budget_bytes - plan.state_bytes;
   const int64_t all_contexts = int64_t{config.max_sequences} * max_blocks_per_sequence;
@@ -301,21 +294,7 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
     s.v_offset = offset + pool_bytes;
     offset += 2 * pool_bytes;
   }
-  // Recurrent state: [max_sequences][state_floats_per_sequence_], each layer's part aligned.
-  state_base_ = offset;
-  int64_t state_floats = 0;
-  for (size_t il = 0; il < layers_.size(); ++il) {
-    if (!layers_[il].recurrent()) continue;
-    storage_layout_[il].state_offset = state_floats;
-    state_floats += padded_state(layers_[il].state_floats);
-  }
-  state_live_floats_ = state_floats;
-  for (size_t il = 0; il < layers_.size(); ++il) {  // the snapshots after every live state
-    if (!layers_[il].recurrent()) continue;
-    storage_layout_[il].snapshot_offset = state_floats;
-    state_floats += padded_state(int64_t{config.state_snapshots} * layers_[il].state_floats);
-  }
-  state_floats_per_sequence_ = state_floats;
+  lay_out_state(offset);
   offset += plan.state_bytes;
   total_bytes_ = offset;
   assert(total_bytes_ == plan.total_bytes && total_bytes_ <= config.budget_bytes);
@@ -331,9 +310,11 @@ KvCache::KvCache(const KvCacheConfig& config) : config_(config) {
   std::memset(storage_.get(), 0, total_bytes_);
 
   for (const KvGroup& g : groups_) pools_.emplace_back(g.n_blocks);
-  if (config.prefix_cache && state_floats_per_sequence_ == 0) {  // recurrent state: see the header
+  // Recurrent state: prefix reuse needs checkpoints (see the header).
+  if (config.prefix_cache && (state_floats_per_sequence_ == 0 || config.state_checkpoints > 0)) {
     for (const KvGroup& g : groups_) prefix_.emplace_back(g.n_blocks, block_size_);
     n_cached_.assign(groups_.size(), 0);
+    if (state_floats_per_sequence_ > 0) checkpoints_.resize(static_cast<size_t>(config.state_checkpoints));
   }
   sequences_.resize(static_cast<size_t>(config.max_sequences));
 }
@@ -379,7 +360,9 @@ std::string KvCache::summary() const {
                  dtype_name(dtype_), ")",
                  has_recurrent_state()
                      ? str_cat(", recurrent state ", format_bytes(static_cast<double>(state_bytes_per_sequence())),
-                               "/sequence")
+                               "/sequence",
+                               checkpoints_.empty() ? std::string()
+                                                    : str_cat(", ", checkpoints_.size(), " prefix checkpoints"))
                      : std::string());
 }
 
@@ -422,6 +405,7 @@ void KvCache::add_sequence(int32_t seq) {
     s.hashes.clear();
     s.hashes.reserve(static_cast<size_t>(max_blocks_per_sequence_));
     s.n_indexed = 0;
+    s.n_matched = 0;
   }
   s.active = true;
   ++n_active_;
@@ -571,16 +555,7 @@ void KvCache::truncate(int32_t seq, int32_t n_tokens) {
     }
   }
   if (has_recurrent_state() && n_tokens < s.n_tokens) {  // the state after token n_tokens - 1
-    const int32_t k = n_tokens - s.snapshot_first - 1;
-    for (size_t il = 0; il < layers_.size(); ++il) {
-      const KvLayerSpec& l = layers_[il];
-      if (!l.recurrent()) continue;
-      const int64_t main = l.state_floats - l.state_tail_floats;
-      float* live = state(static_cast<int32_t>(il), seq);
-      std::memcpy(live, state_snapshot(static_cast<int32_t>(il), seq, k), sizeof(float) * static_cast<size_t>(main));
-      std::memcpy(live + main, state_snapshot_tail(static_cast<int32_t>(il), seq, k),
-                  sizeof(float) * static_cast<size_t>(l.state_tail_floats));
-    }
+    restore_snapshot(seq, n_tokens - s.snapshot_first - 1);
     s.n_snapshots = 0;
   }
   s.n_tokens = n_tokens;
@@ -682,8 +657,10 @@ int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
     while (hit < k && cached_block(g, s, hit) != PrefixCache::kNoBlock) ++hit;
     k = hit;
   }
+  s.n_matched = k;
   for (; k > 0; --k) {
-    bool all_cached = true;
+    // A recurrence resumes only from a checkpoint of the prefix's last block.
+    bool all_cached = checkpoints_.empty() || find_checkpoint(s, k - 1) >= 0;
     for (size_t g = 0; g < groups_.size() && all_cached; ++g) {
       if (groups_[g].window == 0) continue;
       for (int32_t i = first_needed(groups_[g], k); i < k && all_cached; ++i) {
@@ -693,6 +670,11 @@ int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
     if (all_cached) break;
   }
   if (k == 0) return 0;
+  if (!checkpoints_.empty()) {
+    const int32_t c = find_checkpoint(s, k - 1);
+    std::memcpy(live_state(seq), checkpoint_state(c), sizeof(float) * static_cast<size_t>(state_live_floats_));
+    checkpoints_[static_cast<size_t>(c)].last_use = ++checkpoint_clock_;
+  }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const int32_t first = first_needed(groups_[g], k);
     std::vector<int32_t>& table = s.table[g];
@@ -738,39 +720,6 @@ int32_t KvCache::max_tokens_per_sequence() const {
     limit = std::min(limit, held);
   }
   return static_cast<int32_t>(limit);
-}
-
-float* KvCache::state(int32_t il, int32_t seq) const {
-  sequence(seq, "state");
-  if (il < 0 || il >= n_layer() || !layers_[static_cast<size_t>(il)].recurrent())
-    throw Error(str_cat("kv cache: state: layer ", il, " is not a recurrent layer"));
-  return reinterpret_cast<float*>(storage_.get() + state_base_ +
-                                  static_cast<size_t>(seq) * state_bytes_per_sequence()) +
-         storage_layout_[static_cast<size_t>(il)].state_offset;
-}
-
-float* KvCache::state_snapshot(int32_t il, int32_t seq, int32_t k) const {
-  float* live = state(il, seq);  // checks seq and il
-  if (k < 0 || k >= config_.state_snapshots)
-    throw Error(str_cat("kv cache: state snapshot ", k, " outside 0..", config_.state_snapshots - 1));
-  const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
-  const LayerStorage& s = storage_layout_[static_cast<size_t>(il)];
-  return live - s.state_offset + s.snapshot_offset + int64_t{k} * (l.state_floats - l.state_tail_floats);
-}
-
-float* KvCache::state_snapshot_tail(int32_t il, int32_t seq, int32_t k) const {
-  const KvLayerSpec& l = layers_[static_cast<size_t>(il)];
-  return state_snapshot(il, seq, 0) + int64_t{config_.state_snapshots} * (l.state_floats - l.state_tail_floats) +
-         int64_t{k} * l.state_tail_floats;
-}
-
-void KvCache::mark_snapshots(int32_t seq, int32_t first, int32_t n) {
-  Sequence& s = sequence(seq, "mark_snapshots");
-  if (n < 0 || n > config_.state_snapshots || first < 0)
-    throw Error(str_cat("kv cache: mark_snapshots: ", n, " snapshots from position ", first, " (the cache keeps ",
-                        config_.state_snapshots, ")"));
-  s.snapshot_first = first;
-  s.n_snapshots = n;
 }
 
 KvLayerView KvCache::layer(int32_t il) const {

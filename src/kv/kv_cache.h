@@ -70,8 +70,18 @@
 // snapshot of: with config.state_snapshots = S, each slot also holds S copies of every
 // recurrent layer's state, which the forward pass fills with the state after each token of
 // a speculative verify chunk (mark_snapshots); truncate then restores the snapshot of the
-// last accepted token instead of recomputing (any other cut back throws). Prefix caching is
-// off (prefix_cache_enabled() false) until states are checkpointed at block boundaries.
+// last accepted token instead of recomputing (any other cut back throws).
+// Prefix caching with recurrent state: cached K/V blocks alone cannot resume a recurrence,
+// which needs the state after the prefix's last token. With config.state_checkpoints = C > 0
+// (and prefix_cache) the cache keeps C checkpoints: copies of a sequence's live state taken
+// when it had committed exactly k full, hashed blocks (save_checkpoint), keyed by block k's
+// chain hash, evicted least recently used. attach_prefix then reuses k blocks only where a
+// checkpoint of block k exists (and copies it into the slot's state), so a hit is the longest
+// cached run that ends on a checkpoint; prefix_blocks_matched says how far the K/V alone
+// reached, so the caller can end a chunk there and checkpoint it for the next request. The
+// caller decides where chunks end (the scheduler ends them at the prompt's last full block,
+// vLLM's "align" idea) and calls save_checkpoint after those steps. Without checkpoints
+// (C = 0) prefix caching is off on a hybrid (prefix_cache_enabled() false).
 // Preemption frees the slot and recomputes, as for attention layers. At least one layer
 // must be an attention layer.
 #pragma once
@@ -132,11 +142,18 @@ struct KvCacheConfig {
                                     // ignored when a layer is recurrent
   int32_t state_snapshots = 0;      // recurrent layers: states kept per slot for rolling back
                                     // one step's tokens (speculative decoding), see above
+  int32_t state_checkpoints = 0;    // recurrent layers with prefix_cache: states kept at block
+                                    // boundaries for prefix reuse, see above
 };
 
 // Floats of recurrent state one sequence holds over all recurrent layers, snapshots included
 // (0 without any).
 int64_t kv_state_floats_per_sequence(const KvCacheConfig& config);
+// Floats of one live state over all recurrent layers (what a checkpoint holds; 0 without any).
+int64_t kv_state_live_floats(const KvCacheConfig& config);
+// All recurrent-state bytes of the configuration: max_sequences slots and, when prefix caching
+// is on, state_checkpoints checkpoints. Taken from budget_bytes before any K/V block.
+size_t kv_state_bytes(const KvCacheConfig& config);
 
 // K and V bytes one token costs in every layer of this configuration (what
 // KvCache::bytes_per_token() will report), for sizing a budget before building the cache.
@@ -164,7 +181,7 @@ struct KvPlan {
   std::vector<KvGroup> groups;       // global first, then ascending window; n_blocks set
   std::vector<int> group_of_layer;   // [n_layer]; -1 for a recurrent layer
   size_t bytes_per_token = 0;        // K and V of one token in every layer
-  size_t state_bytes = 0;            // recurrent state of all max_sequences slots
+  size_t state_bytes = 0;            // recurrent state of all max_sequences slots, checkpoints too
   size_t total_bytes = 0;            // the allocation, pools padded to 64 bytes
 
   // Tokens of context the global layers' blocks hold, over all sequences together; 0 when
@@ -285,6 +302,19 @@ class KvCache {
   int32_t attach_prefix(int32_t seq, std::span<const int32_t> tokens);
   // Whether group g's block is indexed (holds a reusable full block); for tests.
   bool block_is_cached(int g, int32_t block) const;
+  // With recurrent layers: the full blocks of the last attach_prefix's tokens whose K/V were
+  // cached, counted before the hit was cut back to a checkpoint (>= the blocks attached).
+  int32_t prefix_blocks_matched(int32_t seq) const;
+
+  // --- recurrent state checkpoints (prefix caching on a hybrid; see above)
+  int32_t state_checkpoints() const { return static_cast<int32_t>(checkpoints_.size()); }
+  int32_t n_checkpoints_held() const;
+  // Copies the sequence's live state into a checkpoint keyed by its last committed block, when
+  // it has committed exactly k >= 1 full blocks that set_tokens hashed. Returns whether a
+  // checkpoint was written: false when the position is not such a boundary, when that block
+  // is already checkpointed (then it only becomes the most recently used) or without
+  // checkpoints. Never fails otherwise: a full pool evicts its least recently used one.
+  bool save_checkpoint(int32_t seq);
 
   // --- capacity
   // Whether a new sequence holding n_tokens could be added and reserved now: a free
@@ -330,9 +360,15 @@ class KvCache {
     std::vector<int32_t> tokens;              // [<= max_context] ids given to set_tokens
     std::vector<BlockHash> hashes;            // [full blocks of tokens] chain hashes
     int32_t n_indexed = 0;                    // logical blocks already offered to the index
+    int32_t n_matched = 0;                    // prefix_blocks_matched
     // Recurrent state snapshots (mark_snapshots): after positions snapshot_first ...
     int32_t snapshot_first = 0;
     int32_t n_snapshots = 0;
+  };
+  struct Checkpoint {  // the live state after a block whose chain hash is hash
+    BlockHash hash = 0;
+    BlockHash parent = 0;   // the previous block's hash (kRootHash for the first): a second key
+    uint64_t last_use = 0;  // 0: empty
   };
   struct FreeBytes {
     void operator()(std::byte* p) const;
@@ -345,6 +381,13 @@ class KvCache {
   void release_block(size_t g, int32_t block);
   void index_committed_blocks(Sequence& s);
   int32_t cached_block(size_t g, const Sequence& s, int32_t i) const;  // kNoBlock on a miss
+  void restore_snapshot(int32_t seq, int32_t k);  // live state = snapshot k
+  // Sets the recurrent layers' state offsets and the state's base (offset bytes into storage_).
+  void lay_out_state(size_t offset);
+  // The checkpoint of the sequence's block i (its first i + 1 blocks), or -1.
+  int32_t find_checkpoint(const Sequence& s, int32_t i) const;
+  float* checkpoint_state(int32_t c) const;  // [state_live_floats_]
+  float* live_state(int32_t seq) const;      // [state_live_floats_]
 
   KvCacheConfig config_;
   uint64_t id_ = 0;
@@ -368,6 +411,9 @@ class KvCache {
   int64_t state_floats_per_sequence_ = 0;  // padded to 16 floats per layer, snapshots included
   int64_t state_live_floats_ = 0;          // of those, the live states (before the snapshots)
   size_t state_base_ = 0;                  // bytes into storage_ of sequence 0's state
+  size_t checkpoint_base_ = 0;             // bytes into storage_ of checkpoint 0
+  std::vector<Checkpoint> checkpoints_;    // [state_checkpoints] when prefix caching a hybrid
+  uint64_t checkpoint_clock_ = 0;          // last_use of the most recent touch
 };
 
 }  // namespace ridge

@@ -2,7 +2,9 @@
 // state per sequence slot instead of K/V rows (kv/kv_cache.h, "Recurrent state").
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -75,7 +77,7 @@ TEST(RecurrentState, EachSlotHasItsOwnStateZeroedWhenASequenceIsAdded) {
   EXPECT_THROW(cache.state(1, 0), Error);  // an attention layer has no state
 }
 
-TEST(RecurrentState, ASequenceCannotBeCutBackAndPrefixCachingIsOff) {
+TEST(RecurrentState, ASequenceCannotBeCutBackAndWithoutCheckpointsPrefixCachingIsOff) {
   KvCacheConfig c = hybrid_config(kStateBytes + 8 * 512, 1);
   c.prefix_cache = true;
   KvCache cache(c);
@@ -127,6 +129,146 @@ TEST(RecurrentState, TruncateRestoresTheSnapshotOfTheLastKeptToken) {
   cache.mark_snapshots(0, 7, 1);
   EXPECT_THROW(cache.truncate(0, 6), Error);  // position 7's snapshot cannot give the state after 5
   EXPECT_THROW(cache.mark_snapshots(0, 7, 4), Error);  // more than the cache keeps
+}
+
+// Prefix caching on a hybrid: checkpoints of the live state at block boundaries.
+KvCacheConfig checkpoint_config(int32_t checkpoints) {
+  KvCacheConfig c = hybrid_config(1 << 20, 2);
+  c.prefix_cache = true;
+  c.state_checkpoints = checkpoints;
+  return c;
+}
+
+void fill_state(KvCache& cache, int32_t seq, float value) {
+  for (int i = 0; i < 100; ++i) cache.state(0, seq)[i] = value + i;
+  for (int i = 0; i < 37; ++i) cache.state(2, seq)[i] = -value - i;
+}
+
+bool state_is(const KvCache& cache, int32_t seq, float value) {
+  for (int i = 0; i < 100; ++i)
+    if (cache.state(0, seq)[i] != value + i) return false;
+  for (int i = 0; i < 37; ++i)
+    if (cache.state(2, seq)[i] != -value - i) return false;
+  return true;
+}
+
+// Runs tokens through slot seq as a forward pass would: n tokens at a time, the state after
+// each chunk set to 1000 * (tokens so far), and a checkpoint asked for after each chunk.
+void prefill(KvCache& cache, int32_t seq, const std::vector<int32_t>& tokens, int32_t n) {
+  cache.add_sequence(seq);
+  int32_t done = cache.attach_prefix(seq, tokens);
+  while (done < static_cast<int32_t>(tokens.size())) {
+    const int32_t k = std::min(n, static_cast<int32_t>(tokens.size()) - done);
+    ASSERT_TRUE(cache.reserve(seq, k));
+    cache.commit(seq, k);
+    done += k;
+    fill_state(cache, seq, 1000.0f * static_cast<float>(done));
+    cache.save_checkpoint(seq);
+  }
+}
+
+TEST(RecurrentState, CheckpointsTakeTheirShareOfTheBudgetAfterTheSlots) {
+  const KvCacheConfig c = checkpoint_config(3);
+  EXPECT_EQ(kv_state_live_floats(c), 160);
+  EXPECT_EQ(kv_state_bytes(c), (2 + 3) * kStateBytes);
+  KvCache cache(c);
+  EXPECT_TRUE(cache.prefix_cache_enabled());
+  EXPECT_EQ(cache.state_checkpoints(), 3);
+  EXPECT_EQ(cache.n_checkpoints_held(), 0);
+  EXPECT_NE(cache.summary().find("3 prefix checkpoints"), std::string::npos) << cache.summary();
+  KvCacheConfig off = c;
+  off.prefix_cache = false;  // no prefix cache: checkpoints take nothing
+  EXPECT_EQ(kv_state_bytes(off), 2 * kStateBytes);
+  KvCacheConfig tight = c;
+  tight.budget_bytes = 5 * kStateBytes;
+  try {
+    KvCache small(tight);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("and 3 prefix-cache checkpoints"), std::string::npos) << e.what();
+  }
+}
+
+TEST(RecurrentState, APrefixHitResumesFromTheCheckpointOfItsLastBlockBitForBit) {
+  KvCache cache(checkpoint_config(4));
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
+  prefill(cache, 0, tokens, 4);  // checkpoints after 4 and 8 tokens; 11 is no boundary
+  EXPECT_EQ(cache.n_checkpoints_held(), 2);
+  cache.free_sequence(0);
+  cache.add_sequence(1);
+  fill_state(cache, 1, 5.0f);  // add_sequence zeroed it; the hit must overwrite this
+  EXPECT_EQ(cache.attach_prefix(1, tokens), 8);  // at most (11 - 1) / 4 blocks
+  EXPECT_EQ(cache.prefix_blocks_matched(1), 2);
+  EXPECT_TRUE(state_is(cache, 1, 8000.0f));
+  EXPECT_EQ(cache.n_tokens(1), 8);
+}
+
+TEST(RecurrentState, AHitEndsAtTheLastCheckpointTheCachedBlocksReach) {
+  KvCache cache(checkpoint_config(4));
+  const std::vector<int32_t> tokens = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13};
+  prefill(cache, 0, tokens, 6);  // boundaries crossed but hit only at 12: one checkpoint
+  EXPECT_EQ(cache.n_checkpoints_held(), 1);
+  cache.free_sequence(0);
+  cache.add_sequence(0);
+  EXPECT_EQ(cache.attach_prefix(0, tokens), 12);
+  EXPECT_TRUE(state_is(cache, 0, 12000.0f));
+  cache.free_sequence(0);
+  // The same first 8 tokens, then others: the K/V of 2 blocks is cached, no state after 8.
+  const std::vector<int32_t> other = {1, 2, 3, 4, 5, 6, 7, 8, 90, 91, 92, 93, 94};
+  cache.add_sequence(0);
+  EXPECT_EQ(cache.attach_prefix(0, other), 0);
+  EXPECT_EQ(cache.prefix_blocks_matched(0), 2);
+  EXPECT_EQ(cache.n_tokens(0), 0);
+  // Once the run stops at 8 and checkpoints, the next user of that prefix resumes there.
+  ASSERT_TRUE(cache.reserve(0, 8));
+  cache.commit(0, 8);
+  fill_state(cache, 0, 7.0f);
+  EXPECT_TRUE(cache.save_checkpoint(0));
+  EXPECT_FALSE(cache.save_checkpoint(0));  // held already
+  cache.free_sequence(0);
+  const std::vector<int32_t> third = {1, 2, 3, 4, 5, 6, 7, 8, 50, 51, 52};
+  cache.add_sequence(1);
+  EXPECT_EQ(cache.attach_prefix(1, third), 8);
+  EXPECT_TRUE(state_is(cache, 1, 7.0f));
+}
+
+TEST(RecurrentState, CheckpointsOnlyAtHashedBlockBoundaries) {
+  KvCache cache(checkpoint_config(4));
+  cache.add_sequence(0);
+  ASSERT_TRUE(cache.reserve(0, 8));
+  cache.commit(0, 4);
+  EXPECT_FALSE(cache.save_checkpoint(0));  // no tokens given: block 0 has no hash
+  cache.set_tokens(0, std::vector<int32_t>{1, 2, 3, 4, 5});
+  EXPECT_TRUE(cache.save_checkpoint(0));
+  cache.commit(0, 1);
+  EXPECT_FALSE(cache.save_checkpoint(0));  // 5 tokens: no boundary
+  EXPECT_EQ(cache.n_checkpoints_held(), 1);
+  KvCache none(checkpoint_config(0));  // a hybrid without checkpoints reuses nothing
+  EXPECT_FALSE(none.prefix_cache_enabled());
+  EXPECT_EQ(none.state_checkpoints(), 0);
+}
+
+TEST(RecurrentState, TheLeastRecentlyUsedCheckpointMakesRoom) {
+  KvCache cache(checkpoint_config(2));
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5}, b = {6, 7, 8, 9, 10}, c = {11, 12, 13, 14, 15};
+  prefill(cache, 0, a, 4);
+  cache.free_sequence(0);
+  prefill(cache, 0, b, 4);
+  cache.free_sequence(0);
+  cache.add_sequence(1);
+  EXPECT_EQ(cache.attach_prefix(1, a), 4);  // a's checkpoint is used: b's is now the oldest
+  cache.free_sequence(1);
+  prefill(cache, 0, c, 4);  // evicts b's
+  cache.free_sequence(0);
+  EXPECT_EQ(cache.n_checkpoints_held(), 2);
+  for (const auto& [tokens, hit] : {std::pair{a, 4}, std::pair{b, 0}, std::pair{c, 4}}) {
+    cache.add_sequence(1);
+    EXPECT_EQ(cache.attach_prefix(1, tokens), hit) << tokens[0];
+    if (hit > 0) {
+      EXPECT_TRUE(state_is(cache, 1, 4000.0f));
+    }
+    cache.free_sequence(1);
+  }
 }
 
 TEST(RecurrentState, ConfigurationsThatMakeNoSenseAreRefused) {
