@@ -68,6 +68,20 @@ void Scheduler::add_chunk(SequenceState* s, int32_t n) {
   budget_ -= n;
 }
 
+bool Scheduler::checkpoints(const SequenceState& s) const {
+  return s.reuse_prefix && cache_.state_checkpoints() > 0;
+}
+
+int32_t Scheduler::prefill_length(const SequenceState& s) const {
+  int32_t n = std::min(remaining(s), budget_);
+  if (!checkpoints(s)) return n;
+  const int32_t bs = cache_.block_size();
+  const int32_t last_full = (static_cast<int32_t>(s.tokens.size()) - 1) / bs * bs;
+  for (const int32_t at : {s.checkpoint_at, last_full})  // the earlier one first
+    if (at > s.n_computed && at < s.n_computed + n) n = at - s.n_computed;
+  return n;
+}
+
 void Scheduler::release_slot(SequenceState* s) {
   cache_.free_sequence(s->slot);
   free_slots_.push_back(s->slot);
@@ -120,7 +134,9 @@ bool Scheduler::admit(SequenceState* s) {
   s->slot = slot;
   const int32_t cached = s->reuse_prefix ? cache_.attach_prefix(slot, s->tokens) : 0;
   s->n_computed = cached;
-  const int32_t n = std::min(remaining(*s), budget_);
+  const int32_t matched = cache_.prefix_blocks_matched(slot) * cache_.block_size();
+  s->checkpoint_at = checkpoints(*s) && matched > cached ? matched : 0;
+  const int32_t n = prefill_length(*s);
   if (!cache_.reserve(slot, n)) {
     cache_.free_sequence(slot);
     s->slot = -1;
@@ -176,7 +192,7 @@ const SchedulerStep& Scheduler::schedule() {
   for (size_t i = 0; i < running_.size() && budget_ > 0; ++i) {
     SequenceState* s = running_[i];
     if (s->n_scheduled > 0 || is_decode(*s)) continue;
-    const int32_t n = std::min(remaining(*s), budget_);
+    const int32_t n = prefill_length(*s);
     if (reserve_or_preempt(s, n)) add_chunk(s, n);
   }
   // 3. Admission in queue order, unless this step had to preempt (blocks are short).
@@ -192,9 +208,14 @@ const SchedulerStep& Scheduler::schedule() {
 
 void Scheduler::complete_step() {
   for (const ScheduledChunk& c : step_.chunks) {
-    c.sequence->n_computed += c.n_tokens;
-    c.sequence->n_scheduled = 0;
-    assert(cache_.n_tokens(c.sequence->slot) == c.sequence->n_computed);
+    SequenceState* s = c.sequence;
+    s->n_computed += c.n_tokens;
+    s->n_scheduled = 0;
+    assert(cache_.n_tokens(s->slot) == s->n_computed);
+    if (!checkpoints(*s) || c.n_draft > 0) continue;
+    const int32_t last_full = (static_cast<int32_t>(s->tokens.size()) - 1) / cache_.block_size() * cache_.block_size();
+    if (s->n_computed == s->checkpoint_at || s->n_computed == last_full)
+      stats_.state_checkpoints += cache_.save_checkpoint(s->slot);
   }
 }
 

@@ -36,6 +36,10 @@
 // goes to the FRONT of the waiting queue. If the youngest is the sequence itself and it
 // runs alone, it can never fit and is put in step.failed (the engine reports an error);
 // the engine's submit checks make that impossible for requests it accepted.
+// Hybrid models (recurrent layers) with prefix caching: a prefill chunk ends early at the
+// prompt's last full block, and at the end of the K/V the prefix cache matched beyond the
+// checkpoint it resumed from (checkpoint_at), and the state there is checkpointed after the
+// step (KvCache::save_checkpoint), so the next request with that prefix resumes from it.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +71,10 @@ struct SequenceState {
   int32_t n_scheduled = 0;      // tokens in the current step (0: not scheduled)
   int32_t n_draft = 0;          // the last n_draft of tokens are unverified drafts
   bool reuse_prefix = true;     // false: admitted without the prefix cache (every token computed)
+  // Hybrid models with prefix caching: where the K/V the prefix cache matched ended beyond
+  // the checkpoint it resumed from (0: nowhere). A chunk ends there, so that prefix (a
+  // shared system prompt) gets a checkpoint of its own for the next request.
+  int32_t checkpoint_at = 0;
 };
 
 struct ScheduledChunk {
@@ -89,6 +97,7 @@ struct SchedulerStats {
   uint64_t preemptions = 0;
   uint64_t prefix_queries = 0;  // full prompt blocks looked up at admission
   uint64_t prefix_hits = 0;     // of those, found in the prefix cache
+  uint64_t state_checkpoints = 0;  // recurrent-state checkpoints written (hybrids)
 };
 
 class Scheduler {
@@ -127,6 +136,9 @@ class Scheduler {
   bool admit(SequenceState* s);
   void add_chunk(SequenceState* s, int32_t n);
   void release_slot(SequenceState* s);
+  // A hybrid's prefix cache keeps recurrent-state checkpoints of this sequence's blocks.
+  bool checkpoints(const SequenceState& s) const;
+  int32_t prefill_length(const SequenceState& s) const;  // the next prefill chunk's tokens
 
   SchedulerOptions options_;
   KvCache& cache_;

@@ -217,6 +217,70 @@ TEST(Scheduler, AdmissionStartsAfterThePrefixCacheHit) {
   EXPECT_EQ(h.cache.block_table(a.slot, 0)[0], h.cache.block_table(b.slot, 0)[0]);
 }
 
+// A hybrid (a recurrent layer beside the attention one) keeps 4 state checkpoints: prefill
+// chunks end where the prefix cache will want to resume a recurrence.
+KvCacheConfig hybrid_config() {
+  KvCacheConfig c = config(32, 2, 32, /*prefix_cache=*/true);
+  c.layers.push_back(KvLayerSpec{0, 0, 0, 8});
+  c.budget_bytes += 64 * 1024;
+  c.state_checkpoints = 4;
+  return c;
+}
+
+TEST(Scheduler, AHybridsPrefillEndsAtItsLastFullBlockWhichIsCheckpointed) {
+  Harness h(hybrid_config(), 2, 32);
+  SequenceState& a = h.add("A", 14);
+  // 14 tokens: the chunk stops at 12 (3 full blocks) and the state there is kept.
+  EXPECT_EQ(h.step(), "A:0+12");
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 1u);
+  EXPECT_EQ(h.step(), "A:12+2*");
+  EXPECT_EQ(h.step(), "A:14+1*");  // decodes checkpoint nothing
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 1u);
+  h.scheduler.finish(&a);
+  // The same prompt and 6 more tokens: resumes at 12, its own last full block is 16.
+  SequenceState& b = h.add("B", 20);
+  EXPECT_EQ(h.step(), "B:12+4");
+  EXPECT_EQ(b.n_cached_prompt, 12);
+  EXPECT_EQ(h.step(), "B:16+4*");
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 2u);
+  EXPECT_EQ(h.cache.n_checkpoints_held(), 2);
+}
+
+TEST(Scheduler, AHybridCheckpointsASharedPrefixItsKvMatchedWithoutAState) {
+  Harness h(hybrid_config(), 2, 32);
+  auto prompt = [&](const std::string& name, int32_t tail_first) -> SequenceState& {
+    SequenceState& s = h.add(name, 14);  // 8 shared "system prompt" tokens, then its own 6
+    for (int32_t i = 8; i < 14; ++i) s.tokens[static_cast<size_t>(i)] = tail_first + i;
+    return s;
+  };
+  SequenceState& a = prompt("A", 200);
+  EXPECT_EQ(h.step(), "A:0+12");
+  h.step();
+  h.scheduler.finish(&a);
+  // B's K/V matches A's first 2 blocks, but A kept a state only after 3: nothing to resume
+  // from, so B computes everything and stops at 8 to checkpoint the shared part.
+  SequenceState& b = prompt("B", 300);
+  EXPECT_EQ(h.step(), "B:0+8");
+  EXPECT_EQ(b.n_cached_prompt, 0);
+  EXPECT_EQ(h.step(), "B:8+4");
+  EXPECT_EQ(h.step(), "B:12+2*");
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 3u);
+  h.scheduler.finish(&b);
+  // A third user of the same system prompt resumes after it.
+  SequenceState& c = prompt("C", 400);
+  EXPECT_EQ(h.step(), "C:8+4");
+  EXPECT_EQ(c.n_cached_prompt, 8);
+  EXPECT_EQ(h.scheduler.stats().prefix_hits, 2u);
+}
+
+TEST(Scheduler, AHybridWithoutPrefixReuseChunksAsBefore) {
+  Harness h(hybrid_config(), 2, 32);
+  SequenceState& a = h.add("A", 14);
+  a.reuse_prefix = false;
+  EXPECT_EQ(h.step(), "A:0+14*");
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 0u);
+}
+
 TEST(Scheduler, FinishRemovesWaitingSequencesToo) {
   Harness h(config(16, 1, 16), 1, 16);
   h.add("A", 2);
