@@ -222,8 +222,11 @@ class Runner {
     o.kv_type = opt.kv.dtype();
     // At a depth, room for every sequence's whole context: the engine's default budget
     // stops at 1 GiB, and sequences it cannot hold would wait, or be preempted, inside the
-    // timing.
-    if (max_depth > 0) o.kv_budget_bytes = size_engine(*model_, o).kv_bytes_all_contexts;
+    // timing. A hybrid's recurrent state (slots and prefix checkpoints) comes on top.
+    if (max_depth > 0) {
+      const EngineSizing sizing = size_engine(*model_, o);
+      o.kv_budget_bytes = sizing.kv_bytes_all_contexts + kv_state_bytes(sizing.kv);
+    }
     engine_ = std::make_unique<Engine>(*model_, *tokenizer_, o);
     engine_->start();
     if (max_depth > 0) {  // pp at depth: the context prefilled once, then found in the prefix cache

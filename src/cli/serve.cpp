@@ -84,6 +84,7 @@ struct ServeOptions {
   double idle_timeout_s = 5;
   std::vector<std::string> cors_origins;
   bool no_prefix_cache = false;
+  int32_t state_checkpoints = -1;  // hybrids: -1 auto (parallel + 1)
   SpeculativeFlags spec;
   WeightFlags weights;
   KvFlags kv;
@@ -140,6 +141,7 @@ void serve(const ServeOptions& opt) {
   engine_options.n_ctx = opt.n_ctx;
   engine_options.max_queue = opt.max_queue;
   engine_options.prefix_cache = !opt.no_prefix_cache;
+  engine_options.state_checkpoints = opt.state_checkpoints;
   engine_options.kv_type = opt.kv.dtype();
   engine_options.speculative = opt.spec.options();
   std::unique_ptr<Model> draft = opt.spec.load_draft(*model);
@@ -230,6 +232,10 @@ void add_serve_command(CLI::App& app) {
                   "Origin a browser page may call the API from (repeatable; '*' for any). Default: none");
   cmd->add_option("--alias", opt->alias, "Model id clients use (default: the model file's name)");
   cmd->add_flag("--no-prefix-cache", opt->no_prefix_cache, "Do not reuse KV blocks of shared prompt prefixes");
+  cmd->add_option("--state-checkpoints", opt->state_checkpoints,
+                  "Hybrid models: recurrent states kept at block boundaries for prefix reuse (-1: parallel + 1; "
+                  "0: no prefix reuse)")
+      ->capture_default_str();
   add_speculative_flags(*cmd, opt->spec);
   add_weight_flags(*cmd, opt->weights);
   add_kv_flags(*cmd, opt->kv);

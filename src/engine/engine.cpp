@@ -84,6 +84,8 @@ Request::Request(RequestParams& p, std::shared_ptr<RequestStream> s, int32_t max
 EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   const ModelConfig& c = model.config();
   if (o.parallel < 1) throw Error(str_cat("engine: parallel must be at least 1, got ", o.parallel));
+  if (o.state_checkpoints < -1)
+    throw Error(str_cat("engine: state_checkpoints must be -1 (auto) or >= 0, got ", o.state_checkpoints));
   if (o.max_batch_tokens < o.parallel) {
     throw Error(str_cat("engine: max_batch_tokens ", o.max_batch_tokens,
                         " must be at least parallel ", o.parallel, " (one decode token each)"));
@@ -109,9 +111,9 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   s.max_step_tokens = std::min(o.max_batch_tokens, std::max(s.n_ctx, o.parallel));
   s.kv = model.kv_cache_config(0, o.parallel, s.n_ctx);
   s.kv.max_step_tokens = s.max_step_tokens;
-  // A hybrid model's recurrent state cannot be rebuilt from cached blocks yet (no state
-  // checkpoints at block boundaries): no prefix reuse for it.
-  s.kv.prefix_cache = o.prefix_cache && !c.is_hybrid();
+  // A hybrid model resumes a cached prefix from a checkpoint of its recurrent state.
+  s.kv.prefix_cache = o.prefix_cache;
+  if (c.is_hybrid() && o.prefix_cache) s.kv.state_checkpoints = o.state_checkpoints >= 0 ? o.state_checkpoints : o.parallel + 1;
   s.kv.dtype = o.kv_type;
   // Speculative decoding on a hybrid: a verify chunk (the decode token and its drafts) keeps
   // the recurrent state after each token, so a rejection rolls back to the last accepted one.
@@ -120,9 +122,9 @@ EngineSizing size_engine(const Model& model, const EngineOptions& o) {
   // Slack: each sequence's last block is partly filled.
   const size_t per_sequence = kv_bytes_per_token(s.kv) * static_cast<size_t>(s.n_ctx + s.kv.block_size);
   s.kv_bytes_all_contexts = per_sequence * static_cast<size_t>(o.parallel);
-  // Recurrent state: a fixed size per sequence slot, whatever the context, on top of the K/V.
-  const size_t state_bytes =
-      sizeof(float) * static_cast<size_t>(kv_state_floats_per_sequence(s.kv)) * static_cast<size_t>(o.parallel);
+  // Recurrent state: a fixed size per sequence slot (and checkpoint), whatever the context, on
+  // top of the K/V.
+  const size_t state_bytes = kv_state_bytes(s.kv);
   s.kv.budget_bytes = o.kv_budget_bytes > 0 ? o.kv_budget_bytes
                                             : std::min(kDefaultBudgetCap, s.kv_bytes_all_contexts) + state_bytes;
   return s;
@@ -498,6 +500,7 @@ void Engine::Impl::publish_metrics() {
   const SchedulerStats& s = scheduler->stats();
   counters.prefix_cache_queries = s.prefix_queries;
   counters.prefix_cache_hits = s.prefix_hits;
+  counters.prefix_state_checkpoints = s.state_checkpoints;
   counters.preemptions_total = s.preemptions;
   std::lock_guard lock(metrics_mutex);
   snapshot = counters;  // same-size vectors: copies without allocating

@@ -60,6 +60,10 @@ struct EngineOptions {
   int32_t max_queue = 64;          // waiting requests beyond this are refused (QueueFull)
   bool prefix_cache = true;        // reuse full KV blocks of identical prompt prefixes
                                    // (sliding-window models too; see kv/kv_cache.h)
+  int32_t state_checkpoints = -1;  // hybrids with prefix_cache: recurrent states kept at block
+                                   // boundaries for reuse (kv/kv_cache.h); -1: parallel + 1
+                                   // (each running conversation and a shared system prompt),
+                                   // 0: no prefix reuse on a hybrid
   DType kv_type = DType::F16;      // K/V element type, one of kKvDtypes (f16 as llama.cpp;
                                    // the draft model's cache too)
   SpeculativeOptions speculative = {};
@@ -195,6 +199,7 @@ struct EngineMetrics {
   int32_t draft_kv_blocks_used = 0;   // the draft model's cache (SpecMethod::kDraftModel)
   uint64_t prefix_cache_queries = 0;  // prompt blocks looked up
   uint64_t prefix_cache_hits = 0;     // prompt blocks found
+  uint64_t prefix_state_checkpoints = 0;  // recurrent states checkpointed for prefix reuse (hybrids)
   uint64_t prompt_tokens_total = 0;
   uint64_t generation_tokens_total = 0;
   uint64_t requests_finished_total = 0;

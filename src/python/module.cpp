@@ -309,6 +309,7 @@ PYBIND11_MODULE(_ridge, m) {
              d["requests_finished_total"] = m.requests_finished_total;
              d["preemptions_total"] = m.preemptions_total;
              d["prefix_cache_hits"] = m.prefix_cache_hits;
+             d["prefix_state_checkpoints"] = m.prefix_state_checkpoints;
              d["prefix_cache_queries"] = m.prefix_cache_queries;
              return d;
            })

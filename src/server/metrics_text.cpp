@@ -63,6 +63,8 @@ std::string render_metrics(const EngineMetrics& m, const std::map<int, uint64_t>
                     ? 0.0
                     : static_cast<double>(m.prefix_cache_hits) / static_cast<double>(m.prefix_cache_queries);
   metric(out, "ridge_prefix_cache_hit_rate", "gauge", "Prefix cache hits / queries since start.", rate);
+  metric(out, "ridge_prefix_state_checkpoints_total", "counter",
+         "Recurrent states saved at block boundaries for prefix reuse (hybrid models).", m.prefix_state_checkpoints);
   metric(out, "ridge_prompt_tokens_total", "counter", "Prompt tokens of admitted requests.", m.prompt_tokens_total);
   metric(out, "ridge_generation_tokens_total", "counter", "Tokens generated.", m.generation_tokens_total);
   metric(out, "ridge_requests_finished_total", "counter", "Requests finished (any reason).",
