@@ -79,6 +79,11 @@ int32_t Scheduler::prefill_length(const SequenceState& s) const {
   const int32_t last_full = (static_cast<int32_t>(s.tokens.size()) - 1) / bs * bs;
   for (const int32_t at : {s.checkpoint_at, last_full})  // the earlier one first
     if (at > s.n_computed && at < s.n_computed + n) n = at - s.n_computed;
+  // A chunk that does not end the prompt ends on a block boundary, where a state can be kept.
+  if (n < remaining(s)) {
+    const int32_t aligned = (s.n_computed + n) / bs * bs - s.n_computed;
+    if (aligned > 0) n = aligned;
+  }
   return n;
 }
 
@@ -213,9 +218,11 @@ void Scheduler::complete_step() {
     s->n_scheduled = 0;
     assert(cache_.n_tokens(s->slot) == s->n_computed);
     if (!checkpoints(*s) || c.n_draft > 0) continue;
-    const int32_t last_full = (static_cast<int32_t>(s->tokens.size()) - 1) / cache_.block_size() * cache_.block_size();
-    if (s->n_computed == s->checkpoint_at || s->n_computed == last_full)
-      stats_.state_checkpoints += cache_.save_checkpoint(s->slot);
+    const int32_t bs = cache_.block_size();
+    const int32_t last_full = (static_cast<int32_t>(s->tokens.size()) - 1) / bs * bs;
+    if (s->n_computed % bs != 0 || s->n_computed > last_full) continue;  // a decode, or not a boundary
+    const bool kept = s->n_computed == s->checkpoint_at || s->n_computed == last_full;
+    stats_.state_checkpoints += cache_.save_checkpoint(s->slot, /*provisional=*/!kept);
   }
 }
 

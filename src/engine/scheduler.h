@@ -40,6 +40,8 @@
 // prompt's last full block, and at the end of the K/V the prefix cache matched beyond the
 // checkpoint it resumed from (checkpoint_at), and the state there is checkpointed after the
 // step (KvCache::save_checkpoint), so the next request with that prefix resumes from it.
+// Any other chunk that does not end the prompt ends on a block boundary (when the budget
+// reaches one), and its state is kept as a provisional checkpoint while there is room.
 #pragma once
 
 #include <cstdint>

@@ -674,6 +674,7 @@ int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
     const int32_t c = find_checkpoint(s, k - 1);
     std::memcpy(live_state(seq), checkpoint_state(c), sizeof(float) * static_cast<size_t>(state_live_floats_));
     checkpoints_[static_cast<size_t>(c)].last_use = ++checkpoint_clock_;
+    checkpoints_[static_cast<size_t>(c)].provisional = false;  // it served a hit: keep it
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const int32_t first = first_needed(groups_[g], k);

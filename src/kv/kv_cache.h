@@ -79,8 +79,9 @@
 // checkpoint of block k exists (and copies it into the slot's state), so a hit is the longest
 // cached run that ends on a checkpoint; prefix_blocks_matched says how far the K/V alone
 // reached, so the caller can end a chunk there and checkpoint it for the next request. The
-// caller decides where chunks end (the scheduler ends them at the prompt's last full block,
-// vLLM's "align" idea) and calls save_checkpoint after those steps. Without checkpoints
+// caller decides where chunks end (the scheduler ends them on block boundaries and at the
+// prompt's last full block, vLLM's "align" idea) and calls save_checkpoint after those
+// steps, provisional for a chunk's end inside a prompt. Without checkpoints
 // (C = 0) prefix caching is off on a hybrid (prefix_cache_enabled() false).
 // Preemption frees the slot and recomputes, as for attention layers. At least one layer
 // must be an attention layer.
@@ -313,8 +314,11 @@ class KvCache {
   // it has committed exactly k >= 1 full blocks that set_tokens hashed. Returns whether a
   // checkpoint was written: false when the position is not such a boundary, when that block
   // is already checkpointed (then it only becomes the most recently used) or without
-  // checkpoints. Never fails otherwise: a full pool evicts its least recently used one.
-  bool save_checkpoint(int32_t seq);
+  // checkpoints. A full pool evicts its least recently used provisional checkpoint, else
+  // its least recently used one; a provisional checkpoint (a chunk's end in the middle of a
+  // prompt: worth keeping only while there is room) evicts only provisional ones and is not
+  // written when none is left. A hit makes a provisional checkpoint a kept one.
+  bool save_checkpoint(int32_t seq, bool provisional = false);
 
   // --- capacity
   // Whether a new sequence holding n_tokens could be added and reserved now: a free
@@ -369,6 +373,7 @@ class KvCache {
     BlockHash hash = 0;
     BlockHash parent = 0;   // the previous block's hash (kRootHash for the first): a second key
     uint64_t last_use = 0;  // 0: empty
+    bool provisional = false;
   };
   struct FreeBytes {
     void operator()(std::byte* p) const;

@@ -131,22 +131,34 @@ int32_t KvCache::prefix_blocks_matched(int32_t seq) const {
   return prefix_.empty() ? 0 : s.n_matched;
 }
 
-bool KvCache::save_checkpoint(int32_t seq) {
+bool KvCache::save_checkpoint(int32_t seq, bool provisional) {
   Sequence& s = sequence(seq, "save_checkpoint");
   if (checkpoints_.empty() || s.n_tokens == 0 || s.n_tokens % block_size_ != 0) return false;
   const int32_t i = s.n_tokens / block_size_ - 1;
   if (static_cast<size_t>(i) >= s.hashes.size()) return false;  // tokens not given: not hashed
   if (const int32_t c = find_checkpoint(s, i); c >= 0) {
-    checkpoints_[static_cast<size_t>(c)].last_use = ++checkpoint_clock_;
+    Checkpoint& k = checkpoints_[static_cast<size_t>(c)];
+    k.last_use = ++checkpoint_clock_;
+    k.provisional = k.provisional && provisional;
     return false;
   }
-  size_t victim = 0;  // an empty one, else the least recently used
+  // The victim: an empty one, else the least recently used provisional one, else (for a
+  // checkpoint that is not provisional itself) the least recently used of all.
+  auto older = [&](size_t a, size_t b) {  // whether a goes before b
+    const Checkpoint &x = checkpoints_[a], &y = checkpoints_[b];
+    if ((x.last_use == 0) != (y.last_use == 0)) return x.last_use == 0;
+    if (x.provisional != y.provisional) return x.provisional;
+    return x.last_use < y.last_use;
+  };
+  size_t victim = 0;
   for (size_t c = 1; c < checkpoints_.size(); ++c)
-    if (checkpoints_[c].last_use < checkpoints_[victim].last_use) victim = c;
+    if (older(c, victim)) victim = c;
   Checkpoint& k = checkpoints_[victim];
+  if (provisional && k.last_use != 0 && !k.provisional) return false;  // never evicts a kept one
   k.hash = s.hashes[static_cast<size_t>(i)];
   k.parent = i == 0 ? kRootHash : s.hashes[static_cast<size_t>(i) - 1];
   k.last_use = ++checkpoint_clock_;
+  k.provisional = provisional;
   std::memcpy(checkpoint_state(static_cast<int32_t>(victim)), live_state(seq),
               sizeof(float) * static_cast<size_t>(state_live_floats_));
   return true;

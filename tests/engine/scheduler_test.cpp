@@ -273,6 +273,23 @@ TEST(Scheduler, AHybridCheckpointsASharedPrefixItsKvMatchedWithoutAState) {
   EXPECT_EQ(h.scheduler.stats().prefix_hits, 2u);
 }
 
+TEST(Scheduler, AHybridsChunksEndOnBlockBoundariesKeptWhileThereIsRoom) {
+  Harness h(hybrid_config(), 2, 10);
+  SequenceState& a = h.add("A", 14);
+  // A 10-token budget: the first chunk ends on the boundary at 8 (a provisional checkpoint),
+  // the next at the last full block.
+  EXPECT_EQ(h.step(), "A:0+8");
+  EXPECT_EQ(h.step(), "A:8+4");
+  EXPECT_EQ(h.step(), "A:12+2*");
+  EXPECT_EQ(h.scheduler.stats().state_checkpoints, 2u);
+  h.scheduler.finish(&a);
+  // Another prompt with A's first 8 tokens resumes from the provisional checkpoint.
+  SequenceState& b = h.add("B", 14);
+  for (size_t i = 8; i < 14; ++i) b.tokens[i] = 500 + static_cast<int32_t>(i);
+  EXPECT_EQ(h.step(), "B:8+4");
+  EXPECT_EQ(b.n_cached_prompt, 8);
+}
+
 TEST(Scheduler, AHybridWithoutPrefixReuseChunksAsBefore) {
   Harness h(hybrid_config(), 2, 32);
   SequenceState& a = h.add("A", 14);

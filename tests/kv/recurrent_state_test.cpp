@@ -271,6 +271,42 @@ TEST(RecurrentState, TheLeastRecentlyUsedCheckpointMakesRoom) {
   }
 }
 
+TEST(RecurrentState, ProvisionalCheckpointsGiveWayAndNeverEvictKeptOnes) {
+  KvCache cache(checkpoint_config(2));
+  const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+  cache.add_sequence(0);
+  cache.set_tokens(0, a);
+  ASSERT_TRUE(cache.reserve(0, 9));
+  cache.commit(0, 4);
+  fill_state(cache, 0, 1.0f);
+  EXPECT_TRUE(cache.save_checkpoint(0, /*provisional=*/true));  // after 4: room
+  cache.commit(0, 4);
+  fill_state(cache, 0, 2.0f);
+  EXPECT_TRUE(cache.save_checkpoint(0));  // after 8: kept
+  cache.free_sequence(0);
+  const std::vector<int32_t> b = {11, 12, 13, 14, 15, 16, 17, 18, 19};
+  cache.add_sequence(0);
+  cache.set_tokens(0, b);
+  ASSERT_TRUE(cache.reserve(0, 9));
+  cache.commit(0, 4);
+  EXPECT_TRUE(cache.save_checkpoint(0, true));  // evicts a's provisional one, the older kept one stays
+  cache.commit(0, 4);
+  EXPECT_TRUE(cache.save_checkpoint(0));  // a kept one evicts the provisional one first
+  cache.commit(0, 1);
+  cache.free_sequence(0);
+  const std::vector<int32_t> c = {21, 22, 23, 24, 25, 26, 27, 28, 29};
+  cache.add_sequence(0);
+  cache.set_tokens(0, c);
+  ASSERT_TRUE(cache.reserve(0, 4));
+  cache.commit(0, 4);
+  EXPECT_FALSE(cache.save_checkpoint(0, true));  // two kept ones: no room for a provisional one
+  cache.free_sequence(0);
+  EXPECT_EQ(cache.n_checkpoints_held(), 2);
+  cache.add_sequence(1);
+  EXPECT_EQ(cache.attach_prefix(1, a), 8);
+  EXPECT_TRUE(state_is(cache, 1, 2.0f));
+}
+
 TEST(RecurrentState, ConfigurationsThatMakeNoSenseAreRefused) {
   KvCacheConfig c = hybrid_config(1 << 20, 1);
   c.layers[0] = KvLayerSpec{1, 16, 0, 100};  // K/V and a state
