@@ -228,7 +228,9 @@ std::string ModelConfig::summary() const {
   std::string s = str_cat(arch, ": ", n_layer, " layers, n_embd ", n_embd, ", ", n_head, " heads (",
                           n_kv_head, " kv) x ", d_head, ", ff ", n_ff, ", vocab ", n_vocab);
   if (n_windowed > 0) s += str_cat(", ", n_windowed, " sliding-window layers");
-  if (n_expert > 0) s += str_cat(", ", n_expert, " experts (", n_expert_used, " per token) x ff ", n_ff_expert);
+  if (n_expert > 0)
+    s += str_cat(", ", n_expert, " experts (", n_expert_used, " per token) x ff ", n_ff_expert,
+                 n_ff_shared > 0 ? str_cat(" + a shared expert x ff ", n_ff_shared) : std::string());
   return s;
 }
 

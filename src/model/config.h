@@ -84,6 +84,9 @@ struct ModelConfig {
   int32_t n_expert_used = 0;
   int32_t n_ff_expert = 0;       // each expert's feed-forward width
   bool expert_weights_norm = false;
+  // A shared expert every token runs beside its chosen ones (Qwen 3.5-MoE), its output
+  // scaled by sigmoid(ffn_gate_inp_shexp . x): its width, 0 for none.
+  int32_t n_ff_shared = 0;
 
   // Hybrid models (layers[il].kind != kAttention), from <arch>.ssm.*:
   int32_t ssm_conv_kernel = 0;   // conv_kernel: taps of the causal conv before the recurrence

@@ -50,6 +50,7 @@ void configure_phi3(const gguf::File& file, ModelConfig& config);
 void configure_qwen3moe(const gguf::File& file, ModelConfig& config);
 void configure_olmoe(const gguf::File& file, ModelConfig& config);
 void configure_qwen35(const gguf::File& file, ModelConfig& config);
+void configure_qwen35moe(const gguf::File& file, ModelConfig& config);
 
 // The mixture-of-experts hyper-parameters (<arch>.expert_count, expert_used_count, and the
 // expert width: expert_feed_forward_length where the converter writes one, as for

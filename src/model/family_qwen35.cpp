@@ -6,6 +6,8 @@
 // MLP as post_attention_norm. The text model's multi-axis RoPE (rope.dimension_sections)
 // gives text tokens the same position on every axis, which is NeoX RoPE, as long as every
 // rotary pair falls in one of the first three sections; a file where one does not is refused.
+// Qwen 3.5-MoE (qwen35moe): the same trunk with a mixture of experts in every layer's MLP
+// (softmax router, top k renormalised) and a shared expert gated by sigmoid(ffn_gate_inp_shexp . x).
 #include <string>
 #include <vector>
 
@@ -106,6 +108,19 @@ void configure_qwen35(const gguf::File& f, ModelConfig& c) {
     throw Error(str_cat(f.name(), ": every one of the ", c.n_layer, " layers is recurrent; ridge needs at least one ",
                         "attention layer (", p, "full_attention_interval)"));
   check_rope_sections(f, p, c.n_rot);
+}
+
+void configure_qwen35moe(const gguf::File& f, ModelConfig& c) {
+  configure_qwen35(f, c);
+  const std::string p = c.arch + ".";
+  if (!computation_key_set(f, c.arch, "expert_count")) throw Error(str_cat(f.name(), ": ", p, "expert_count is missing"));
+  configure_experts(f, c, /*norm=*/true);
+  // llama.cpp's widths when the keys are absent: n_ff / n_expert_used per expert, n_ff shared.
+  if (f.get_u64(p + "expert_feed_forward_length", 0) == 0) c.n_ff_expert = c.n_ff / c.n_expert_used;
+  const uint64_t shared = f.get_u64(p + "expert_shared_feed_forward_length", 0);
+  c.n_ff_shared = shared > 0 ? static_cast<int32_t>(shared) : c.n_ff;
+  if (c.n_ff_expert < 1 || c.n_ff_shared < 1)
+    throw Error(str_cat(f.name(), ": ", p, "expert widths ", c.n_ff_expert, " and ", c.n_ff_shared, " (shared) must be positive"));
 }
 
 }  // namespace ridge

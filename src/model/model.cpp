@@ -72,8 +72,8 @@ Model::Model(gguf::File file, const ModelOptions& options)
   k_.resize(t * c.n_kv_head * c.d_head);
   v_.resize(t * c.n_kv_head * c.d_head);
   attn_.resize(t * c.n_head * c.d_head);
-  gate_.resize(t * std::max(c.n_ff, c.n_ff_expert));
-  up_.resize(t * std::max(c.n_ff, c.n_ff_expert));
+  gate_.resize(t * std::max({c.n_ff, c.n_ff_expert, c.n_ff_shared}));
+  up_.resize(t * std::max({c.n_ff, c.n_ff_expert, c.n_ff_shared}));
   if (c.n_expert > 0) {
     router_.resize(t * c.n_expert);
     expert_first_.resize(static_cast<size_t>(c.n_expert) + 1);

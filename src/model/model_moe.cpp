@@ -1,5 +1,6 @@
-// Mixture-of-experts layers (Mixtral, Qwen3-MoE, OLMoE): each token's MLP output is the
-// weighted sum of the experts its router ranks highest. On a memory-bound CPU the point is
+// Mixture-of-experts layers (Mixtral, Qwen3-MoE, OLMoE, Qwen 3.5-MoE): each token's MLP
+// output is the weighted sum of the experts its router ranks highest, plus, where the family
+// has one, a shared expert scaled by its own sigmoid gate. On a memory-bound CPU the point is
 // to read each expert's weights once per step: the batch's tokens are grouped by expert,
 // and each chosen expert runs one matmul over all of its tokens.
 #include <algorithm>
@@ -86,6 +87,22 @@ void Model::moe_layer(int il, int32_t n) {
       const float* out = expert_out_.data() + j * row;
       float* sum = moe_sum_.data() + expert_tokens_[first + j] * row;
       for (size_t i = 0; i < row; ++i) sum[i] += weight * out[i];
+    }
+  }
+  if (c.n_ff_shared > 0) {  // every token's shared expert, scaled by its own sigmoid gate
+    const kernels::WeightMatrix* ws[] = {&w.shared.w_gate, &w.shared.w_up};
+    float* ys[] = {gate_.data(), up_.data()};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    kernels::swiglu(gate_.data(), up_.data(), gate_.data(), int64_t{n} * c.n_ff_shared);
+    kernels::matmul(w.shared.w_down, gate_.data(), expert_out_.data(), n, pool_, scratch_);
+    for (int32_t t = 0; t < n; ++t) {
+      const float* in = h_.data() + t * row;
+      double dot = 0;
+      for (size_t i = 0; i < row; ++i) dot += double{w.shared_gate[i]} * in[i];
+      const auto scale = static_cast<float>(1.0 / (1.0 + std::exp(-dot)));
+      const float* out = expert_out_.data() + t * row;
+      float* sum = moe_sum_.data() + t * row;
+      for (size_t i = 0; i < row; ++i) sum[i] += scale * out[i];
     }
   }
   kernels::add(x_.data(), moe_sum_.data(), x_.data(), int64_t{n} * c.n_embd);

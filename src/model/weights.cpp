@@ -200,10 +200,23 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
     l.ffn_norm = ld.vector(p + (c.post_attn_ffn_norm ? "post_attention_norm.weight" : "ffn_norm.weight"), c.n_embd);
     if (c.n_expert > 0) {
       l.gate_inp = ld.matrix(p + "ffn_gate_inp.weight", c.n_embd, c.n_expert);
-      const auto gates = ld.matrices(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
-      const auto ups = ld.matrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
       const auto downs = ld.matrices(p + "ffn_down_exps.weight", c.n_ff_expert, c.n_embd, c.n_expert);
-      for (int e = 0; e < c.n_expert; ++e) l.experts.push_back({gates[e], ups[e], downs[e]});
+      if (ld.has(p + "ffn_gate_up_exps.weight")) {  // the converter's --fuse-gate-up-exps: gate rows, then up
+        const auto gate_ups = ld.matrices(p + "ffn_gate_up_exps.weight", c.n_embd, 2 * int64_t{c.n_ff_expert}, c.n_expert);
+        for (int e = 0; e < c.n_expert; ++e)
+          l.experts.push_back({rows(gate_ups[e], 0, c.n_ff_expert), rows(gate_ups[e], c.n_ff_expert, c.n_ff_expert),
+                               downs[e]});
+      } else {
+        const auto gates = ld.matrices(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+        const auto ups = ld.matrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
+        for (int e = 0; e < c.n_expert; ++e) l.experts.push_back({gates[e], ups[e], downs[e]});
+      }
+      if (c.n_ff_shared > 0) {
+        l.shared_gate = ld.vector(p + "ffn_gate_inp_shexp.weight", c.n_embd);
+        l.shared = {ld.matrix(p + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shared),
+                    ld.matrix(p + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shared),
+                    ld.matrix(p + "ffn_down_shexp.weight", c.n_ff_shared, c.n_embd)};
+      }
     } else if (c.fused_gate_up) {
       const kernels::WeightMatrix gate_up = ld.matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff});
       l.w_gate = rows(gate_up, 0, c.n_ff);

@@ -62,6 +62,8 @@ struct LayerWeights {
   // Mixture of experts (n_expert > 0) instead of w_gate/w_up/w_down:
   kernels::WeightMatrix gate_inp;         // [n_expert][n_embd] router
   std::vector<ExpertWeights> experts;     // [n_expert]
+  ExpertWeights shared;                   // n_ff_shared > 0: [n_ff_shared] wide
+  const float* shared_gate = nullptr;     // [n_embd] ffn_gate_inp_shexp
 };
 
 struct ModelWeights {
