@@ -71,6 +71,13 @@ qwen35    qwen35    Qwen 3.5 (dense hybrid). Gated-DeltaNet layers: attn_norm, a
                     rope.dimension_sections [.., .., .., 0], key/value_length, tied output.
                     [conversion/qwen.py Qwen3NextModel, _LinearAttentionVReorderBase,
                     Qwen3_5TextModel; models/qwen35.cpp]
+qwen35moe qwen35moe Qwen 3.5-MoE (35B-A3B): qwen35's layers with the qwen3moe expert tensors in
+                    every MLP and a shared expert: ffn_gate_inp_shexp [n_embd] (a vector, F32),
+                    ffn_gate/up_shexp [n_embd, n_ff_shexp], ffn_down_shexp [n_ff_shexp,
+                    n_embd]; expert_feed_forward_length, expert_shared_feed_forward_length;
+                    output.weight. Softmax, top-k, renormalised; shared output times
+                    sigmoid(ffn_gate_inp_shexp . x). [conversion/qwen.py Qwen3_5MoeTextModel,
+                    Qwen2MoeModel; models/qwen35moe.cpp]
 
 Vocabularies: llama, mistral, mixtral, gemma2 use ggml-vocab-llama-spm (SentencePiece;
 Gemma's own 256k SPM vocabulary is not in the fixtures); phi3 ggml-vocab-phi-3 (its own);
@@ -112,7 +119,8 @@ class FamilySpec:
     tied_output: bool
     n_expert: int = 0
     n_expert_used: int = 0
-    n_ff_exp: int = 0              # qwen3moe: expert_feed_forward_length
+    n_ff_exp: int = 0              # qwen3moe, qwen35moe: expert_feed_forward_length
+    n_ff_shexp: int = 0            # qwen35moe: expert_shared_feed_forward_length
     sliding_window: int = 0
     rope_scaling: str | None = None
     extra_keys: dict = field(default_factory=dict)
@@ -146,6 +154,9 @@ FAMILIES: dict[str, FamilySpec] = {
     "qwen35": FamilySpec("qwen35", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
                          n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
                          tied_output=True),
+    "qwen35moe": FamilySpec("qwen35moe", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                            n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
+                            tied_output=False, n_expert=8, n_expert_used=2, n_ff_exp=32, n_ff_shexp=48),
 }
 
 # Qwen 3.5's linear-attention sizes, shrunk: 2 key heads of 16, 4 value heads of 16 (so
@@ -164,7 +175,7 @@ YARN_ROPE = {"factor": 4.0, "original_max_position_embeddings": 32}
 LONGROPE_ORIGINAL_CONTEXT = 32
 
 OVERRIDABLE = ("n_embd", "n_head", "n_head_kv", "d_head", "n_layer", "n_ff", "n_expert", "n_expert_used",
-               "n_ff_exp", "sliding_window", "rope_scaling", "n_ctx_train", "tied_output", "rope_base")
+               "n_ff_exp", "n_ff_shexp", "sliding_window", "rope_scaling", "n_ctx_train", "tied_output", "rope_base")
 
 
 def llama3_rope_factors(d_rot: int, base: float, factor: float, low_freq_factor: float,
@@ -355,7 +366,8 @@ def write_model(path, family: str, **overrides) -> dict:
     Overrides: any FamilySpec size or option named in OVERRIDABLE (rope_scaling: None,
     "llama3", "linear", "yarn", "longrope"), plus dtype ("f32" | "f16"), seed (int),
     extra_metadata ({key: value}, written as given: str, float -> f32, bool, int -> u32),
-    layer_std (the blk.* matrices' normal std, default 0.1; small: the residual stream, and so
+    fuse_gate_up_exps (experts' gate and up in one ffn_gate_up_exps, as the converter's
+    --fuse-gate-up-exps writes them), layer_std (the blk.* matrices' normal std, default 0.1; small: the residual stream, and so
     the greedy output, stays close to the input token, for tests that need repetitive text),
     extra_tensors ({name: float32 array in numpy order}) and drop_tensors ([names]).
 
@@ -376,11 +388,12 @@ def write_model(path, family: str, **overrides) -> dict:
     extra_tensors = overrides.pop("extra_tensors", {})
     weights = overrides.pop("weights", None)
     layer_std = overrides.pop("layer_std", 0.1)
+    fuse_gate_up_exps = overrides.pop("fuse_gate_up_exps", False)
     drop_tensors = set(overrides.pop("drop_tensors", ()))
     for key, value in overrides.items():
         if key not in OVERRIDABLE:
             raise ValueError(f"unknown override '{key}' (known: {', '.join(OVERRIDABLE)}, dtype, seed, "
-                             f"extra_metadata, extra_tensors, drop_tensors, weights)")
+                             f"extra_metadata, extra_tensors, drop_tensors, weights, fuse_gate_up_exps)")
         opts[key] = value
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
@@ -412,7 +425,8 @@ def write_model(path, family: str, **overrides) -> dict:
     writer.add_float32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps)
     if opts["rope_base"] is not None:
         writer.add_float32(a + "rope.freq_base", opts["rope_base"])
-    if family in ("llama", "qwen3", "qwen3moe", "gemma2", "qwen35"):  # HF config has head_dim
+    hybrid = family in ("qwen35", "qwen35moe")
+    if family in ("llama", "qwen3", "qwen3moe", "gemma2") or hybrid:  # HF config has head_dim
         writer.add_uint32(a + "attention.key_length", dh)
         writer.add_uint32(a + "attention.value_length", dh)
     if arch == "llama":                                              # LlamaModel.set_gguf_parameters
@@ -430,9 +444,11 @@ def write_model(path, family: str, **overrides) -> dict:
     if n_expert:
         writer.add_uint32(a + "expert_count", n_expert)
         writer.add_uint32(a + "expert_used_count", n_used)
-    if family == "qwen3moe":
+    if family in ("qwen3moe", "qwen35moe"):
         writer.add_uint32(a + "expert_feed_forward_length", opts["n_ff_exp"])
-    ssm = QWEN35_SSM if family == "qwen35" else None
+    if family == "qwen35moe":
+        writer.add_uint32(a + "expert_shared_feed_forward_length", opts["n_ff_shexp"])
+    ssm = QWEN35_SSM if hybrid else None
     recurrent = [False] * n_layer
     if ssm:
         recurrent = [(il + 1) % ssm["interval"] != 0 for il in range(n_layer)]
@@ -488,6 +504,29 @@ def write_model(path, family: str, **overrides) -> dict:
         ramp = np.linspace(0.0, 1.0, half)
         t.vector("rope_factors_long.weight", 1.0 + 15.0 * ramp ** 2)   # rising with the pair index, as Phi-3.5's
         t.vector("rope_factors_short.weight", 1.0 + 0.5 * ramp)
+    def ffn_tensors(b):
+        if n_expert:
+            n_ff_exp = opts["n_ff_exp"] if family in ("qwen3moe", "qwen35moe") else n_ff
+            t.matrix(b + "ffn_gate_inp.weight", n_expert, e)
+            if fuse_gate_up_exps:  # the converter's --fuse-gate-up-exps: each expert's gate rows, then up
+                t.matrix(b + "ffn_gate_up_exps.weight", n_expert, 2 * n_ff_exp, e)
+            else:
+                t.matrix(b + "ffn_gate_exps.weight", n_expert, n_ff_exp, e)
+                t.matrix(b + "ffn_up_exps.weight", n_expert, n_ff_exp, e)
+            t.matrix(b + "ffn_down_exps.weight", n_expert, e, n_ff_exp)
+            if family == "qwen35moe":  # the shared expert and its gate (one logit, a vector)
+                t.vector(b + "ffn_gate_inp_shexp.weight", t.rng.normal(0.0, 0.1, e))
+                t.matrix(b + "ffn_gate_shexp.weight", opts["n_ff_shexp"], e)
+                t.matrix(b + "ffn_up_shexp.weight", opts["n_ff_shexp"], e)
+                t.matrix(b + "ffn_down_shexp.weight", e, opts["n_ff_shexp"])
+        elif family == "phi3":
+            t.matrix(b + "ffn_up.weight", 2 * n_ff, e)
+            t.matrix(b + "ffn_down.weight", e, n_ff)
+        else:
+            t.matrix(b + "ffn_gate.weight", n_ff, e)
+            t.matrix(b + "ffn_up.weight", n_ff, e)
+            t.matrix(b + "ffn_down.weight", e, n_ff)
+
     for il in range(n_layer):
         b = f"blk.{il}."
         t.norm(b + "attn_norm.weight", e)
@@ -504,9 +543,7 @@ def write_model(path, family: str, **overrides) -> dict:
                 t.vector(b + "ssm_norm.weight", 1.0 + t.rng.normal(0.0, 0.1, ssm["d_k"]))
                 t.matrix(b + "ssm_out.weight", e, value_dim)
                 t.norm(b + "post_attention_norm.weight", e)
-                t.matrix(b + "ffn_gate.weight", n_ff, e)
-                t.matrix(b + "ffn_up.weight", n_ff, e)
-                t.matrix(b + "ffn_down.weight", e, n_ff)
+                ffn_tensors(b)
                 continue
             t.matrix(b + "attn_q.weight", 2 * nh * dh, e)
             t.matrix(b + "attn_k.weight", nkv * dh, e)
@@ -518,29 +555,17 @@ def write_model(path, family: str, **overrides) -> dict:
             t.matrix(b + "attn_k.weight", nkv * dh, e)
             t.matrix(b + "attn_v.weight", nkv * dh, e)
         t.matrix(b + "attn_output.weight", e, nh * dh)
-        if family in ("qwen3", "qwen3moe", "qwen35"):
+        if family in ("qwen3", "qwen3moe") or hybrid:
             t.norm(b + "attn_q_norm.weight", dh)
             t.norm(b + "attn_k_norm.weight", dh)
         if family == "olmoe":
             t.norm(b + "attn_q_norm.weight", nh * dh)
             t.norm(b + "attn_k_norm.weight", nkv * dh)
-        if family in ("gemma2", "qwen35"):
+        if family == "gemma2" or hybrid:
             t.norm(b + "post_attention_norm.weight", e)
-        if family != "qwen35":
+        if not hybrid:
             t.norm(b + "ffn_norm.weight", e)
-        if n_expert:
-            n_ff_exp = opts["n_ff_exp"] if family == "qwen3moe" else n_ff
-            t.matrix(b + "ffn_gate_inp.weight", n_expert, e)
-            t.matrix(b + "ffn_gate_exps.weight", n_expert, n_ff_exp, e)
-            t.matrix(b + "ffn_up_exps.weight", n_expert, n_ff_exp, e)
-            t.matrix(b + "ffn_down_exps.weight", n_expert, e, n_ff_exp)
-        elif family == "phi3":
-            t.matrix(b + "ffn_up.weight", 2 * n_ff, e)
-            t.matrix(b + "ffn_down.weight", e, n_ff)
-        else:
-            t.matrix(b + "ffn_gate.weight", n_ff, e)
-            t.matrix(b + "ffn_up.weight", n_ff, e)
-            t.matrix(b + "ffn_down.weight", e, n_ff)
+        ffn_tensors(b)
         if family == "gemma2":
             t.norm(b + "post_ffw_norm.weight", e)
     t.norm("output_norm.weight", e)

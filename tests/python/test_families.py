@@ -67,6 +67,9 @@ CASES = [
     # and the decode steps; value heads outnumber key heads (the tiled head mapping).
     Case("qwen35", "qwen35"),
     Case("qwen35-f16", "qwen35", {"dtype": "f16"}),
+    # Qwen 3.5-MoE: the same trunk, experts in every MLP and a sigmoid-gated shared expert.
+    Case("qwen35moe", "qwen35moe"),
+    Case("qwen35moe-fused", "qwen35moe", {"fuse_gate_up_exps": True}),
 ] + [
     # Weight types that run as rows dequantized (no kernel of their own yet): a file with
     # them loads and computes what the reference computes from the same bytes. Rows of 256
