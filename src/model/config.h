@@ -93,6 +93,8 @@ struct ModelConfig {
   int32_t ssm_inner = 0;         // inner_size: value channels (gated DeltaNet: n_v_heads * d_v)
   int32_t ssm_state = 0;         // state_size: the key head size of a DeltaNet head
   int32_t ssm_heads = 0;         // time_step_rank: value heads
+  bool ssm_grouped_heads = false;  // Qwen3-Next: value head h reads key head h / (heads / groups)
+                                   // (Qwen 3.5's converter tiles them: h % groups)
   int32_t ssm_groups = 0;        // group_count: key/query heads
   bool attn_output_gate = false; // Qwen3-Next / 3.5 attention layers: attn_q holds q and a
                                  // gate per head; the output is attention * sigmoid(gate)

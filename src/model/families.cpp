@@ -19,7 +19,7 @@ constexpr std::string_view kPhi3Reads[] = {"attention.sliding_window", "rope.sca
 constexpr std::string_view kMoeReads[] = {"expert_count", "expert_used_count"};
 // llama.cpp's qwen35 graph applies no soft-capping (models/qwen35.cpp).
 constexpr std::string_view kQwen35Ignores[] = {"attn_logit_softcapping", "final_logit_softcapping"};
-// Its qwen35moe graph routes by softmax, renormalises the top k and runs one shared expert
+// Its qwen35moe and qwen3next graphs route by softmax, renormalises the top k and runs one shared expert
 // whatever the file says (models/qwen35moe.cpp), and so does ridge.
 constexpr std::string_view kQwen35MoeIgnores[] = {"attn_logit_softcapping", "final_logit_softcapping",
                                                   "expert_weights_norm", "expert_gating_func",
@@ -28,7 +28,7 @@ constexpr std::string_view kQwen35MoeIgnores[] = {"attn_logit_softcapping", "fin
 }  // namespace
 
 std::span<const FamilyTraits> families() {
-  static const std::array<FamilyTraits, 11> table = {{
+  static const std::array<FamilyTraits, 12> table = {{
       {"llama", configure_llama, kLlamaReads},
       {"mistral", configure_llama, kLlamaReads},
       {"qwen2", configure_qwen2},
@@ -36,6 +36,7 @@ std::span<const FamilyTraits> families() {
       {"qwen3moe", configure_qwen3moe, kMoeReads},
       {"qwen35", configure_qwen35, {}, kQwen35Ignores},
       {"qwen35moe", configure_qwen35moe, kMoeReads, kQwen35MoeIgnores},
+      {"qwen3next", configure_qwen35moe, kMoeReads, kQwen35MoeIgnores},
       {"olmoe", configure_olmoe, kMoeReads},
       {"phi3", configure_phi3, kPhi3Reads},
       {"gemma2", configure_gemma2, kGemmaReads},

@@ -8,6 +8,10 @@
 // rotary pair falls in one of the first three sections; a file where one does not is refused.
 // Qwen 3.5-MoE (qwen35moe): the same trunk with a mixture of experts in every layer's MLP
 // (softmax router, top k renormalised) and a shared expert gated by sigmoid(ffn_gate_inp_shexp . x).
+// Qwen3-Next (qwen3next) is that model before the 3.5 converter: its value heads stay grouped
+// by key head (head h reads key head h / (heads / groups)), beta and alpha come in one ssm_ba
+// ([b x r, a x r] per key head) and older files hold q, k, v and z in one ssm_in ([q k v z]
+// per key head) instead of attn_qkv and attn_gate; plain NeoX RoPE.
 #include <string>
 #include <vector>
 
@@ -113,6 +117,7 @@ void configure_qwen35(const gguf::File& f, ModelConfig& c) {
 void configure_qwen35moe(const gguf::File& f, ModelConfig& c) {
   configure_qwen35(f, c);
   const std::string p = c.arch + ".";
+  if (c.arch == "qwen3next") c.ssm_grouped_heads = true;
   if (!computation_key_set(f, c.arch, "expert_count")) throw Error(str_cat(f.name(), ": ", p, "expert_count is missing"));
   configure_experts(f, c, /*norm=*/true);
   // llama.cpp's widths when the keys are absent: n_ff / n_expert_used per expert, n_ff shared.

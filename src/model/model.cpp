@@ -97,6 +97,7 @@ Model::Model(gguf::File file, const ModelOptions& options)
     ssm_core_.resize(t * c.ssm_inner);
     ssm_beta_.resize(t * c.ssm_heads);
     ssm_g_.resize(t * c.ssm_heads);
+    if (c.ssm_grouped_heads) ssm_fused_.resize(t * (channels + c.ssm_inner + 2 * static_cast<size_t>(c.ssm_heads)));
   }
   const float* freq_factors = weights_.rope_freqs;
   if (weights_.rope_factors_long != nullptr) {

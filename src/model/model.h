@@ -188,6 +188,7 @@ class Model {
   // A gated-DeltaNet layer (model_recurrent.cpp): each sequence's state in the cache carried
   // over its new tokens.
   void delta_net_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
+  void qwen3next_projections(const LayerWeights& w, int32_t n_tokens);
   // Whether this step keeps the sequence's recurrent state after each of its tokens: a
   // speculative verify chunk (drafts in it) in a cache with room for its snapshots.
   static bool snapshots_states(const BatchSequence& s, const KvCache& cache) {
@@ -276,6 +277,7 @@ class Model {
   AlignedVector<float> ssm_core_;               // [n_tokens][ssm_inner]
   AlignedVector<float> ssm_beta_;               // [n_tokens][ssm_heads]
   AlignedVector<float> ssm_g_;                  // [n_tokens][ssm_heads]
+  AlignedVector<float> ssm_fused_;              // Qwen3-Next: ssm_in and ssm_ba rows, before the split
 
   // RoPE angles: computed once per step for each distinct layer setting (Gemma 3 has a
   // local and a global one), then applied to q and k of every layer that uses it.

@@ -1,5 +1,6 @@
 // The hybrid models' recurrent token mixers. A gated-DeltaNet layer (Qwen3-Next, Qwen 3.5),
-// as llama.cpp's qwen35 graph computes it:
+// as llama.cpp's qwen35 graph computes it (qwen3next: the projections split from fused rows,
+// see qwen3next_projections, and value heads grouped by key head):
 //   h = rms_norm(x) * attn_norm
 //   [q k v] = attn_qkv h;  z = attn_gate h;  beta = sigmoid(ssm_beta h)
 //   g = softplus(ssm_alpha h + ssm_dt) * ssm_a                    (ssm_a = -exp(A_log))
@@ -20,6 +21,47 @@
 
 namespace ridge {
 
+// Qwen3-Next's projections: attn_qkv and attn_gate (or the older ssm_in) and ssm_ba in one
+// parallel region, then the per-key-head rows split into q | k | v, z, beta and alpha as the
+// rest of the layer reads them (value heads kept in their grouped order).
+void Model::qwen3next_projections(const LayerWeights& w, int32_t n) {
+  const ModelConfig& c = config_;
+  const int64_t dk = c.ssm_state, groups = c.ssm_groups, heads = c.ssm_heads;
+  const int64_t key_dim = groups * dk, value_dim = c.ssm_inner, channels = 2 * key_dim + value_dim;
+  const int64_t r = heads / groups, rv = value_dim / groups;  // value heads / channels per key head
+  float* ba = ssm_fused_.data();
+  float* in = ba + static_cast<size_t>(n) * 2 * heads;
+  if (w.ssm_in.n_out > 0) {
+    const kernels::WeightMatrix* ws[] = {&w.ssm_in, &w.ssm_ba};
+    float* ys[] = {in, ba};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    for (int64_t t = 0; t < n; ++t) {
+      const float* row = in + t * (channels + value_dim);
+      float* mix = ssm_mix_.data() + t * channels;
+      float* z = ssm_z_.data() + t * value_dim;
+      for (int64_t g = 0; g < groups; ++g) {
+        const float* src = row + g * (2 * dk + 2 * rv);  // [q k v z] of key head g
+        std::memcpy(mix + g * dk, src, sizeof(float) * static_cast<size_t>(dk));
+        std::memcpy(mix + key_dim + g * dk, src + dk, sizeof(float) * static_cast<size_t>(dk));
+        std::memcpy(mix + 2 * key_dim + g * rv, src + 2 * dk, sizeof(float) * static_cast<size_t>(rv));
+        std::memcpy(z + g * rv, src + 2 * dk + rv, sizeof(float) * static_cast<size_t>(rv));
+      }
+    }
+  } else {
+    const kernels::WeightMatrix* ws[] = {&w.ssm_qkv, &w.ssm_z, &w.ssm_ba};
+    float* ys[] = {ssm_mix_.data(), ssm_z_.data(), ba};
+    kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(ssm_mix_.data(), n * channels, w.scale.ssm_qkv);
+    apply_scale(ssm_z_.data(), n * value_dim, w.scale.ssm_z);
+  }
+  for (int64_t t = 0; t < n; ++t)
+    for (int64_t g = 0; g < groups; ++g)
+      for (int64_t j = 0; j < r; ++j) {
+        ssm_beta_[static_cast<size_t>(t * heads + g * r + j)] = ba[t * 2 * heads + g * 2 * r + j];
+        ssm_g_[static_cast<size_t>(t * heads + g * r + j)] = ba[t * 2 * heads + g * 2 * r + r + j];
+      }
+}
+
 void Model::delta_net_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   const ModelConfig& c = config_;
   const LayerWeights& w = weights_.layers[static_cast<size_t>(il)];
@@ -30,7 +72,9 @@ void Model::delta_net_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
 
   kernels::rms_norm(x_.data(), w.attn_norm, h_.data(), n, d, c.norm_eps);
   if (observer_ != nullptr) observer_->on_matmul_input(il, MatmulSite::kQkv, h_.data(), n, c.n_embd);
-  {  // one parallel region, h quantized once
+  if (c.ssm_grouped_heads) {
+    qwen3next_projections(w, n);
+  } else {  // one parallel region, h quantized once
     const kernels::WeightMatrix* ws[] = {&w.ssm_qkv, &w.ssm_z, &w.ssm_beta, &w.ssm_alpha};
     float* ys[] = {ssm_mix_.data(), ssm_z_.data(), ssm_beta_.data(), ssm_g_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
@@ -51,7 +95,7 @@ void Model::delta_net_layer(int il, const Batch& b, KvCache& cache, int32_t n) {
   }
 
   const kernels::DeltaNetShape shape{heads, c.ssm_groups, c.ssm_state, d_v,
-                                     1.0f / std::sqrt(static_cast<float>(c.ssm_state))};
+                                     1.0f / std::sqrt(static_cast<float>(c.ssm_state)), c.ssm_grouped_heads};
   const int64_t delta_floats = int64_t{c.ssm_inner} * c.ssm_state;
   const int64_t tail_rows = c.ssm_conv_kernel - 1;
   for (const BatchSequence& s : b.sequences) {

@@ -159,10 +159,18 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
     if (c.layers[il].kind == LayerKind::kDeltaNet) {
       const int64_t key_dim = int64_t{c.ssm_groups} * c.ssm_state, value_dim = c.ssm_inner;
       const int64_t channels = 2 * key_dim + value_dim;
-      l.ssm_qkv = ld.matrix(p + "attn_qkv.weight", c.n_embd, channels);
-      l.ssm_z = ld.matrix(p + "attn_gate.weight", c.n_embd, value_dim);
-      l.ssm_beta = ld.matrix(p + "ssm_beta.weight", c.n_embd, c.ssm_heads);
-      l.ssm_alpha = ld.matrix(p + "ssm_alpha.weight", c.n_embd, c.ssm_heads);
+      if (c.ssm_grouped_heads && ld.has(p + "ssm_in.weight")) {  // Qwen3-Next before attn_qkv/attn_gate
+        l.ssm_in = ld.matrix(p + "ssm_in.weight", c.n_embd, channels + value_dim);
+      } else {
+        l.ssm_qkv = ld.matrix(p + "attn_qkv.weight", c.n_embd, channels);
+        l.ssm_z = ld.matrix(p + "attn_gate.weight", c.n_embd, value_dim);
+      }
+      if (c.ssm_grouped_heads) {
+        l.ssm_ba = ld.matrix(p + "ssm_ba.weight", c.n_embd, 2 * int64_t{c.ssm_heads});
+      } else {
+        l.ssm_beta = ld.matrix(p + "ssm_beta.weight", c.n_embd, c.ssm_heads);
+        l.ssm_alpha = ld.matrix(p + "ssm_alpha.weight", c.n_embd, c.ssm_heads);
+      }
       l.ssm_conv = ld.floats(p + "ssm_conv1d.weight", c.ssm_conv_kernel, channels);
       l.ssm_dt = ld.vector(p + "ssm_dt.bias", c.ssm_heads);
       l.ssm_a = ld.vector(p + "ssm_a", c.ssm_heads);

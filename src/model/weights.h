@@ -53,6 +53,10 @@ struct LayerWeights {
   kernels::WeightMatrix ssm_z;            // attn_gate [value_dim][n_embd]: the output gate z
   kernels::WeightMatrix ssm_beta;         // [ssm_heads][n_embd]: beta = sigmoid(this x)
   kernels::WeightMatrix ssm_alpha;        // [ssm_heads][n_embd]: g = softplus(this x + dt) * a
+  // Qwen3-Next: beta and alpha rows in one ssm_ba, per key head [r betas, r alphas] (r value
+  // heads per key head); older files: ssm_in, per key head [q k v z] rows, for ssm_qkv and ssm_z.
+  kernels::WeightMatrix ssm_ba;           // [2 ssm_heads][n_embd]
+  kernels::WeightMatrix ssm_in;           // [conv channels + value_dim][n_embd]
   const float* ssm_conv = nullptr;        // ssm_conv1d [conv channels][ssm_conv_kernel]
   const float* ssm_dt = nullptr;          // ssm_dt.bias [ssm_heads]
   const float* ssm_a = nullptr;           // ssm_a [ssm_heads]: -exp(A_log)

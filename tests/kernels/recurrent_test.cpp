@@ -98,21 +98,24 @@ constexpr DeltaSize kDeltaSizes[] = {{4, 2, 128, 128}, {6, 3, 48, 16}, {3, 1, 16
 
 TEST(GatedDeltaRule, FastPathsMatchTheReference) {
   for (const DeltaSize& z : kDeltaSizes)
-    for (int64_t n_tokens : {1, 7, 40}) {  // 40: past one block of tokens (32)
-      const DeltaCase c = delta_case(z.n_heads, z.n_k_heads, z.d_k, z.d_v, n_tokens, 11);
-      const DeltaResult want = run_delta(c, Isa::kScalar);
-      gated_delta_rule_reference(std::vector<float>(c.state).data(), c.q.data(), c.k.data(), c.qk_stride, c.v.data(),
-                                 c.v_stride, c.g.data(), c.beta.data(), std::vector<float>(want.out.size()).data(),
-                                 n_tokens, c.shape, nullptr, nullptr);  // states_after and the pool may be null
-      for (Isa isa : fast_isas()) {
-        SCOPED_TRACE(::testing::Message() << isa_name(isa) << " d_k " << z.d_k << " d_v " << z.d_v << " heads "
-                                          << z.n_heads << "/" << z.n_k_heads << " tokens " << n_tokens);
-        const DeltaResult got = run_delta(c, isa);
-        EXPECT_TRUE(all_close(got.out, want.out));
-        EXPECT_TRUE(all_close(got.state, want.state));
-        EXPECT_TRUE(all_close(got.states_after, want.states_after));
+    for (int64_t n_tokens : {1, 7, 40})  // 40: past one block of tokens (32)
+      for (bool grouped : {false, true}) {  // Qwen 3.5's tiled key heads, Qwen3-Next's grouped ones
+        DeltaCase c = delta_case(z.n_heads, z.n_k_heads, z.d_k, z.d_v, n_tokens, 11);
+        c.shape.grouped = grouped;
+        const DeltaResult want = run_delta(c, Isa::kScalar);
+        gated_delta_rule_reference(std::vector<float>(c.state).data(), c.q.data(), c.k.data(), c.qk_stride, c.v.data(),
+                                   c.v_stride, c.g.data(), c.beta.data(), std::vector<float>(want.out.size()).data(),
+                                   n_tokens, c.shape, nullptr, nullptr);  // states_after and the pool may be null
+        for (Isa isa : fast_isas()) {
+          SCOPED_TRACE(::testing::Message() << isa_name(isa) << " d_k " << z.d_k << " d_v " << z.d_v << " heads "
+                                            << z.n_heads << "/" << z.n_k_heads << " tokens " << n_tokens
+                                            << (grouped ? " grouped" : " tiled"));
+          const DeltaResult got = run_delta(c, isa);
+          EXPECT_TRUE(all_close(got.out, want.out));
+          EXPECT_TRUE(all_close(got.state, want.state));
+          EXPECT_TRUE(all_close(got.states_after, want.states_after));
+        }
       }
-    }
 }
 
 TEST(GatedDeltaRule, DecodeChangesTheStateAndTheOutputDependsOnIt) {
@@ -140,6 +143,16 @@ TEST(GatedDeltaRule, TiledKeyHeadsAndOneHandComputedStep) {
                          nullptr, nullptr, isa);
     EXPECT_TRUE(all_close(state, {0.6f, 0.8f, -1, 0, 0.6f, 0.8f, 3, 0})) << isa_name(isa);
     EXPECT_TRUE(all_close(out, {0.3f, 0, 0.3f, 0})) << isa_name(isa);
+  }
+  // Grouped (Qwen3-Next): heads 0 and 1 read key head 0 (k . q = 0.6), heads 2 and 3 key head 1 (0).
+  DeltaNetShape grouped = s;
+  grouped.grouped = true;
+  for (Isa isa : supported_isas()) {
+    std::vector<float> state(8, 0.0f), out(4);
+    gated_delta_rule_isa(state.data(), q.data(), k.data(), 4, v.data(), 4, g.data(), beta.data(), out.data(), 1,
+                         grouped, nullptr, nullptr, isa);
+    EXPECT_TRUE(all_close(state, {0.6f, 0.8f, -0.6f, -0.8f, 1, 0, 3, 0})) << isa_name(isa);
+    EXPECT_TRUE(all_close(out, {0.3f, -0.3f, 0, 0})) << isa_name(isa);
   }
 }
 

@@ -400,11 +400,11 @@ TEST(LlamaCppSaverKeys, Phi3SeparateQkvComputesAsFused) {
 TEST(LlamaCppSaverKeys, UnknownArchitectureNamesEveryFamily) {
   const std::string error = load_error("nemotron_h", "unknown", {});
   EXPECT_NE(error.find("architecture 'nemotron_h' is not supported"), std::string::npos) << error;
-  ASSERT_EQ(families().size(), 11u);
+  ASSERT_EQ(families().size(), 12u);
   for (const FamilyTraits& f : families())
     EXPECT_NE(error.find(std::string(f.arch)), std::string::npos) << f.arch << " missing from: " << error;
   for (const char* arch : {"llama", "mistral", "qwen2", "qwen3", "qwen3moe", "olmoe", "phi3", "gemma2", "gemma3", "qwen35",
-                           "qwen35moe"})
+                           "qwen35moe", "qwen3next"})
     EXPECT_NE(error.find(arch), std::string::npos) << arch << " missing from: " << error;
   EXPECT_EQ(ModelConfig::supported_architectures().size(), families().size());
 }

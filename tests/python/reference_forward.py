@@ -35,6 +35,9 @@ Conventions follow llama.cpp where an architecture leaves a choice open:
   over ffn_gate_inp's logits, the expert_used_count most probable experts (ties to the
   lower id), their probabilities renormalised to sum 1 (not for olmoe), times
   <arch>.expert_weights_scale if set; each expert a SwiGLU FFN.
+- qwen3next (Qwen3-Next; models/qwen3next.cpp): qwen35moe with value heads grouped by key
+  head (value head h reads key head h // (n_v / n_k)), beta and alpha from one ssm_ba (per
+  key head r rows of each), and in older files q, k, v, z from one ssm_in (per key head).
 - qwen35moe (Qwen 3.5-MoE; models/qwen35moe.cpp): qwen35's layers with qwen3moe's experts in
   every MLP plus a shared expert, its output times sigmoid(ffn_gate_inp_shexp . x), added.
 - qwen35 (Qwen 3.5, a hybrid; llama.cpp models/qwen35.cpp and conversion/qwen.py): layers
@@ -307,7 +310,7 @@ class Model:
                 bk=opt(b + "attn_k.bias", (nkv * dh,)),
                 bv=opt(b + "attn_v.bias", (nkv * dv,)),
                 bo=opt(b + "attn_output.bias", (e,)),
-                ffn_norm=ws.get(b + ("post_attention_norm.weight" if hp.arch in ("qwen35", "qwen35moe") else "ffn_norm.weight"), (e,)),
+                ffn_norm=ws.get(b + ("post_attention_norm.weight" if hp.recurrent_layers else "ffn_norm.weight"), (e,)),
                 w_gate=None, w_up=None, w_down=None,
             )
             self._set_ffn_weights(b, layer)
@@ -354,15 +357,28 @@ class Model:
         hp, ws = self.hparams, self._weights
         e = hp.n_embd
         key_dim, value_dim = hp.ssm_n_k * hp.ssm_d_k, hp.ssm_n_v * hp.ssm_d_v
+        nk, dk, r = hp.ssm_n_k, hp.ssm_d_k, hp.ssm_n_v // hp.ssm_n_k
+        if ws.has(b + "ssm_in.weight"):  # qwen3next's older files: per key head g, rows [q k v z]
+            rows = ws.get(b + "ssm_in.weight", (2 * key_dim + 2 * value_dim, e)).reshape(nk, 2 * dk + 2 * r * hp.ssm_d_v, e)
+            q, k = rows[:, :dk], rows[:, dk:2 * dk]
+            v, z = rows[:, 2 * dk:2 * dk + r * hp.ssm_d_v], rows[:, 2 * dk + r * hp.ssm_d_v:]
+            qkv = np.concatenate([q.reshape(-1, e), k.reshape(-1, e), v.reshape(-1, e)])
+            gate = z.reshape(-1, e)
+        else:
+            qkv = ws.get(b + "attn_qkv.weight", (2 * key_dim + value_dim, e))
+            gate = ws.get(b + "attn_gate.weight", (value_dim, e))
+        if ws.has(b + "ssm_ba.weight"):  # qwen3next: per key head g, rows [r betas, r alphas]
+            ba = ws.get(b + "ssm_ba.weight", (2 * hp.ssm_n_v, e)).reshape(nk, 2 * r, e)
+            beta, alpha = ba[:, :r].reshape(-1, e), ba[:, r:].reshape(-1, e)
+        else:
+            beta = ws.get(b + "ssm_beta.weight", (hp.ssm_n_v, e))
+            alpha = ws.get(b + "ssm_alpha.weight", (hp.ssm_n_v, e))
         layer = _Layer(
             attn_norm=ws.get(b + "attn_norm.weight", (e,)), wq=None, wk=None, wv=None, wo=None,
             bq=None, bk=None, bv=None, bo=None,
             ffn_norm=ws.get(b + "post_attention_norm.weight", (e,)),
             w_gate=None, w_up=None, w_down=None,
-            ssm_qkv=ws.get(b + "attn_qkv.weight", (2 * key_dim + value_dim, e)),
-            ssm_z=ws.get(b + "attn_gate.weight", (value_dim, e)),
-            ssm_beta=ws.get(b + "ssm_beta.weight", (hp.ssm_n_v, e)),
-            ssm_alpha=ws.get(b + "ssm_alpha.weight", (hp.ssm_n_v, e)),
+            ssm_qkv=qkv, ssm_z=gate, ssm_beta=beta, ssm_alpha=alpha,
             ssm_conv=ws.get(b + "ssm_conv1d.weight", (2 * key_dim + value_dim, hp.ssm_conv)),
             ssm_dt=ws.get(b + "ssm_dt.bias", (hp.ssm_n_v,)),
             ssm_a=ws.get(b + "ssm_a", (hp.ssm_n_v,)),
@@ -531,7 +547,8 @@ class Model:
         eye = np.eye(dk)
         for t in range(n):
             for hv in range(nv):
-                kt, qt = k[t, hv % nk], q[t, hv % nk]
+                hk = hv // (nv // nk) if hp.ssm_grouped else hv % nk   # qwen3next groups, qwen35 tiles
+                kt, qt = k[t, hk], q[t, hk]
                 S[hv] = S[hv] @ (alpha[t, hv] * (eye - beta[t, hv] * np.outer(kt, kt))) + beta[t, hv] * np.outer(v[t, hv], kt)
                 o[t, hv] = S[hv] @ qt / math.sqrt(dk)
         cache.S[il] = S

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import gguf
 
 SUPPORTED_ARCHS = ("llama", "mistral", "qwen2", "qwen3", "qwen3moe", "gemma2", "gemma3", "phi3", "olmoe", "qwen35",
-                   "qwen35moe")
+                   "qwen35moe", "qwen3next")
 
 
 class ReferenceModelError(Exception):
@@ -52,7 +52,8 @@ class HParams:
     n_expert_used: int = 0
     n_ff_exp: int = 0         # one expert's FFN width
     expert_renorm: bool = False  # renormalise the chosen experts' probabilities
-    n_ff_shexp: int = 0          # the shared expert's width (qwen35moe), 0: none
+    n_ff_shexp: int = 0          # the shared expert's width (qwen35moe, qwen3next), 0: none
+    ssm_grouped: bool = False    # qwen3next: value head h reads key head h // (n_v / n_k), not h % n_k
     expert_weights_scale: float = 0.0  # 0 or 1: none
     # qwen35 (gated DeltaNet hybrid)
     recurrent_layers: list = field(default_factory=list)  # per layer: a DeltaNet layer
@@ -145,9 +146,10 @@ def _read_hparams(md: _Metadata) -> HParams:
         if window > 0:
             hp.sliding_window = window
             hp.swa_layers = [True] * n_layer
-    if arch in ("qwen3", "qwen3moe", "qwen35", "qwen35moe"):
+    if arch in ("qwen3", "qwen3moe", "qwen35", "qwen35moe", "qwen3next"):
         hp.qk_norm = True
-    if arch in ("qwen35", "qwen35moe"):
+    if arch in ("qwen35", "qwen35moe", "qwen3next"):
+        hp.ssm_grouped = arch == "qwen3next"
         n_nextn = md.scalar_int(a + "nextn_predict_layers", 0)
         hp.n_layer = n_layer = n_layer - n_nextn
         hp.swa_layers = [False] * n_layer
@@ -224,10 +226,10 @@ def _read_experts(md: _Metadata, hp: HParams) -> None:
         raise ReferenceModelError(f"{md.path}: {a}expert_gating_func {gating} is not supported (softmax only)")
     # llama.cpp (models/qwen3moe.cpp): expert width from expert_feed_forward_length, else
     # n_ff / n_expert_used; llama (Mixtral) and olmoe use feed_forward_length.
-    default_ff = hp.n_ff // hp.n_expert_used if hp.arch in ("qwen3moe", "qwen35moe") else hp.n_ff
+    default_ff = hp.n_ff // hp.n_expert_used if hp.arch in ("qwen3moe", "qwen35moe", "qwen3next") else hp.n_ff
     hp.n_ff_exp = md.scalar_int(a + "expert_feed_forward_length", default_ff)
     # Qwen 3.5-MoE (models/qwen35moe.cpp): a shared expert in every layer, n_ff wide by default.
-    if hp.arch == "qwen35moe":
+    if hp.arch in ("qwen35moe", "qwen3next"):
         hp.n_ff_shexp = md.scalar_int(a + "expert_shared_feed_forward_length", hp.n_ff)
     hp.expert_renorm = hp.arch != "olmoe"
     hp.expert_weights_scale = float(md.get(a + "expert_weights_scale", 0.0))

@@ -71,6 +71,11 @@ qwen35    qwen35    Qwen 3.5 (dense hybrid). Gated-DeltaNet layers: attn_norm, a
                     rope.dimension_sections [.., .., .., 0], key/value_length, tied output.
                     [conversion/qwen.py Qwen3NextModel, _LinearAttentionVReorderBase,
                     Qwen3_5TextModel; models/qwen35.cpp]
+qwen3next qwen3next Qwen3-Next-80B-A3B: qwen35moe's tensors, but value heads grouped by key head
+                    (not tiled), ssm_ba [n_embd, 2 n_v] (per key head r betas, r alphas) for
+                    ssm_beta/ssm_alpha, and (ssm_in=True) the older ssm_in [n_embd, 2 key_dim +
+                    2 value_dim] (per key head q, k, v, z) for attn_qkv/attn_gate; no
+                    rope.dimension_sections. [conversion/qwen.py Qwen3NextModel; models/qwen3next.cpp]
 qwen35moe qwen35moe Qwen 3.5-MoE (35B-A3B): qwen35's layers with the qwen3moe expert tensors in
                     every MLP and a shared expert: ffn_gate_inp_shexp [n_embd] (a vector, F32),
                     ffn_gate/up_shexp [n_embd, n_ff_shexp], ffn_down_shexp [n_ff_shexp,
@@ -155,6 +160,9 @@ FAMILIES: dict[str, FamilySpec] = {
                          n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
                          tied_output=True),
     "qwen35moe": FamilySpec("qwen35moe", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
+                            n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
+                            tied_output=False, n_expert=8, n_expert_used=2, n_ff_exp=32, n_ff_shexp=48),
+    "qwen3next": FamilySpec("qwen3next", "ggml-vocab-gpt-2.gguf", n_embd=64, n_head=4, n_head_kv=2, d_head=32,
                             n_layer=4, n_ff=128, rope_base=10000000.0, rms_eps=1e-6, n_ctx_train=262144,
                             tied_output=False, n_expert=8, n_expert_used=2, n_ff_exp=32, n_ff_shexp=48),
 }
@@ -389,11 +397,12 @@ def write_model(path, family: str, **overrides) -> dict:
     weights = overrides.pop("weights", None)
     layer_std = overrides.pop("layer_std", 0.1)
     fuse_gate_up_exps = overrides.pop("fuse_gate_up_exps", False)
+    ssm_in = overrides.pop("ssm_in", False)
     drop_tensors = set(overrides.pop("drop_tensors", ()))
     for key, value in overrides.items():
         if key not in OVERRIDABLE:
             raise ValueError(f"unknown override '{key}' (known: {', '.join(OVERRIDABLE)}, dtype, seed, "
-                             f"extra_metadata, extra_tensors, drop_tensors, weights, fuse_gate_up_exps)")
+                             f"extra_metadata, extra_tensors, drop_tensors, weights, fuse_gate_up_exps, ssm_in)")
         opts[key] = value
     if dtype not in ("f32", "f16"):
         raise ValueError(f"dtype must be f32 or f16, not {dtype!r}")
@@ -425,7 +434,7 @@ def write_model(path, family: str, **overrides) -> dict:
     writer.add_float32(a + "attention.layer_norm_rms_epsilon", spec.rms_eps)
     if opts["rope_base"] is not None:
         writer.add_float32(a + "rope.freq_base", opts["rope_base"])
-    hybrid = family in ("qwen35", "qwen35moe")
+    hybrid = family in ("qwen35", "qwen35moe", "qwen3next")
     if family in ("llama", "qwen3", "qwen3moe", "gemma2") or hybrid:  # HF config has head_dim
         writer.add_uint32(a + "attention.key_length", dh)
         writer.add_uint32(a + "attention.value_length", dh)
@@ -444,9 +453,9 @@ def write_model(path, family: str, **overrides) -> dict:
     if n_expert:
         writer.add_uint32(a + "expert_count", n_expert)
         writer.add_uint32(a + "expert_used_count", n_used)
-    if family in ("qwen3moe", "qwen35moe"):
+    if family in ("qwen3moe", "qwen35moe", "qwen3next"):
         writer.add_uint32(a + "expert_feed_forward_length", opts["n_ff_exp"])
-    if family == "qwen35moe":
+    if family in ("qwen35moe", "qwen3next"):
         writer.add_uint32(a + "expert_shared_feed_forward_length", opts["n_ff_shexp"])
     ssm = QWEN35_SSM if hybrid else None
     recurrent = [False] * n_layer
@@ -460,7 +469,8 @@ def write_model(path, family: str, **overrides) -> dict:
         writer.add_array(a + "attention.recurrent_layers", recurrent)
         writer.add_uint32(a + "full_attention_interval", ssm["interval"])
         writer.add_uint32(a + "rope.dimension_count", dh // 4)
-        writer.add_array(a + "rope.dimension_sections", ssm["rope_sections"])
+        if family != "qwen3next":  # plain NeoX RoPE there
+            writer.add_array(a + "rope.dimension_sections", ssm["rope_sections"])
 
     if rope_scaling == "linear":
         writer.add_string(a + "rope.scaling.type", "linear")
@@ -506,7 +516,7 @@ def write_model(path, family: str, **overrides) -> dict:
         t.vector("rope_factors_short.weight", 1.0 + 0.5 * ramp)
     def ffn_tensors(b):
         if n_expert:
-            n_ff_exp = opts["n_ff_exp"] if family in ("qwen3moe", "qwen35moe") else n_ff
+            n_ff_exp = opts["n_ff_exp"] if family in ("qwen3moe", "qwen35moe", "qwen3next") else n_ff
             t.matrix(b + "ffn_gate_inp.weight", n_expert, e)
             if fuse_gate_up_exps:  # the converter's --fuse-gate-up-exps: each expert's gate rows, then up
                 t.matrix(b + "ffn_gate_up_exps.weight", n_expert, 2 * n_ff_exp, e)
@@ -514,7 +524,7 @@ def write_model(path, family: str, **overrides) -> dict:
                 t.matrix(b + "ffn_gate_exps.weight", n_expert, n_ff_exp, e)
                 t.matrix(b + "ffn_up_exps.weight", n_expert, n_ff_exp, e)
             t.matrix(b + "ffn_down_exps.weight", n_expert, e, n_ff_exp)
-            if family == "qwen35moe":  # the shared expert and its gate (one logit, a vector)
+            if family in ("qwen35moe", "qwen3next"):  # the shared expert and its gate (one logit, a vector)
                 t.vector(b + "ffn_gate_inp_shexp.weight", t.rng.normal(0.0, 0.1, e))
                 t.matrix(b + "ffn_gate_shexp.weight", opts["n_ff_shexp"], e)
                 t.matrix(b + "ffn_up_shexp.weight", opts["n_ff_shexp"], e)
@@ -533,13 +543,19 @@ def write_model(path, family: str, **overrides) -> dict:
         if ssm:
             key_dim, value_dim = ssm["n_k"] * ssm["d_k"], ssm["n_v"] * ssm["d_k"]
             if recurrent[il]:
-                t.matrix(b + "attn_qkv.weight", 2 * key_dim + value_dim, e)
-                t.matrix(b + "attn_gate.weight", value_dim, e)
+                if ssm_in:  # Qwen3-Next's older files: per key head [q k v z] rows
+                    t.matrix(b + "ssm_in.weight", 2 * key_dim + 2 * value_dim, e)
+                else:
+                    t.matrix(b + "attn_qkv.weight", 2 * key_dim + value_dim, e)
+                    t.matrix(b + "attn_gate.weight", value_dim, e)
                 t.f32_matrix(b + "ssm_conv1d.weight", 2 * key_dim + value_dim, ssm["conv_kernel"])
                 t.vector(b + "ssm_dt.bias", t.rng.normal(0.0, 0.5, ssm["n_v"]))
                 t.vector(b + "ssm_a", -np.exp(t.rng.normal(0.0, 0.5, ssm["n_v"])))   # -exp(A_log)
-                t.matrix(b + "ssm_beta.weight", ssm["n_v"], e)
-                t.matrix(b + "ssm_alpha.weight", ssm["n_v"], e)
+                if family == "qwen3next":  # per key head [r betas, r alphas] rows
+                    t.matrix(b + "ssm_ba.weight", 2 * ssm["n_v"], e)
+                else:
+                    t.matrix(b + "ssm_beta.weight", ssm["n_v"], e)
+                    t.matrix(b + "ssm_alpha.weight", ssm["n_v"], e)
                 t.vector(b + "ssm_norm.weight", 1.0 + t.rng.normal(0.0, 0.1, ssm["d_k"]))
                 t.matrix(b + "ssm_out.weight", e, value_dim)
                 t.norm(b + "post_attention_norm.weight", e)

@@ -70,6 +70,9 @@ CASES = [
     # Qwen 3.5-MoE: the same trunk, experts in every MLP and a sigmoid-gated shared expert.
     Case("qwen35moe", "qwen35moe"),
     Case("qwen35moe-fused", "qwen35moe", {"fuse_gate_up_exps": True}),
+    # Qwen3-Next: grouped value heads, fused beta/alpha rows, and its older ssm_in layout.
+    Case("qwen3next", "qwen3next"),
+    Case("qwen3next-ssm-in", "qwen3next", {"ssm_in": True}),
 ] + [
     # Weight types that run as rows dequantized (no kernel of their own yet): a file with
     # them loads and computes what the reference computes from the same bytes. Rows of 256

@@ -54,10 +54,16 @@ struct DeltaNetShape {
   int64_t d_k;        // key head size (ssm.state_size)
   int64_t d_v;        // value head size (ssm.inner_size / n_heads)
   float q_scale;      // 1/sqrt(d_k) in Qwen3-Next and Qwen 3.5
+  bool grouped = false;  // value head h reads key head h / (n_heads / n_k_heads) (Qwen3-Next)
+                         // instead of h % n_k_heads (Qwen 3.5)
 };
+inline int64_t key_head(const DeltaNetShape& s, int64_t h) {
+  return s.grouped ? h / (s.n_heads / s.n_k_heads) : h % s.n_k_heads;
+}
 
-// The gated delta rule over n_tokens, per value head h (key/query head h % n_k_heads, the
-// tiling llama.cpp uses — its converter orders the value heads for it):
+// The gated delta rule over n_tokens, per value head h (key/query head key_head(h): h %
+// n_k_heads, the tiling llama.cpp uses for Qwen 3.5 — its converter orders the value heads
+// for it — or h / (n_heads / n_k_heads) for Qwen3-Next, whose value heads stay grouped):
 //   S <- exp(g[t][h]) * S
 //   u  = beta[t][h] * (v_t - S^T k_t)          (S^T k: for each value index j, sum_i S[i][j] k[i])
 //   S <- S + k_t u^T

@@ -17,7 +17,7 @@ void gated_delta_rule_heads_reference(const DeltaNetArgs& a, int64_t h_begin, in
   const DeltaNetShape& s = a.shape;
   const int64_t head_size = s.d_v * s.d_k;
   for (int64_t h = h_begin; h < h_end; ++h) {
-    const int64_t hk = h % s.n_k_heads;
+    const int64_t hk = key_head(s, h);
     float* S = a.state + h * head_size;  // S[j][i]: value index j, key index i
     for (int64_t t = 0; t < a.n_tokens; ++t) {
       const float* q = a.q + t * a.qk_stride + hk * s.d_k;

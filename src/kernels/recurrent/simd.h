@@ -102,7 +102,7 @@ template <class V, int R>
 inline void delta_row_group(const DeltaNetArgs& a, int64_t h, int64_t j, int64_t t0, int64_t nt, const float* decay,
                             const float* beta) {
   const DeltaNetShape& s = a.shape;
-  const int64_t hk = h % s.n_k_heads, head_size = s.d_v * s.d_k;
+  const int64_t hk = key_head(s, h), head_size = s.d_v * s.d_k;
   float* rows = a.state + h * head_size + j * s.d_k;
   prefetch_group_ahead(rows, R * s.d_k);
   for (int64_t tt = 0; tt < nt; ++tt) {
