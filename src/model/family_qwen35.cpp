@@ -111,7 +111,8 @@ void configure_qwen35(const gguf::File& f, ModelConfig& c) {
   if (!any_attention)
     throw Error(str_cat(f.name(), ": every one of the ", c.n_layer, " layers is recurrent; ridge needs at least one ",
                         "attention layer (", p, "full_attention_interval)"));
-  check_rope_sections(f, p, c.n_rot);
+  // Qwen3-Next's graph applies plain NeoX RoPE whatever rope.dimension_sections says.
+  if (c.arch != "qwen3next") check_rope_sections(f, p, c.n_rot);
 }
 
 void configure_qwen35moe(const gguf::File& f, ModelConfig& c) {

@@ -77,13 +77,15 @@ void Model::moe_layer(int il, int32_t n) {
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, expert_in_.data(), ys, m, pool_, scratch_);
     const int64_t n_ff = int64_t{m} * c.n_ff_expert;
+    apply_scale(gate_.data(), n_ff, x.gate_scale);
+    apply_scale(up_.data(), n_ff, x.up_scale);
     if (c.activation == Activation::kGelu)
       kernels::geglu(gate_.data(), up_.data(), gate_.data(), n_ff);
     else
       kernels::swiglu(gate_.data(), up_.data(), gate_.data(), n_ff);
     kernels::matmul(x.w_down, gate_.data(), expert_out_.data(), m, pool_, scratch_);
     for (int32_t j = 0; j < m; ++j) {
-      const float weight = expert_weights_[first + j];
+      const float weight = expert_weights_[first + j] * x.down_scale;
       const float* out = expert_out_.data() + j * row;
       float* sum = moe_sum_.data() + expert_tokens_[first + j] * row;
       for (size_t i = 0; i < row; ++i) sum[i] += weight * out[i];
@@ -93,8 +95,11 @@ void Model::moe_layer(int il, int32_t n) {
     const kernels::WeightMatrix* ws[] = {&w.shared.w_gate, &w.shared.w_up};
     float* ys[] = {gate_.data(), up_.data()};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(gate_.data(), int64_t{n} * c.n_ff_shared, w.shared.gate_scale);
+    apply_scale(up_.data(), int64_t{n} * c.n_ff_shared, w.shared.up_scale);
     kernels::swiglu(gate_.data(), up_.data(), gate_.data(), int64_t{n} * c.n_ff_shared);
     kernels::matmul(w.shared.w_down, gate_.data(), expert_out_.data(), n, pool_, scratch_);
+    apply_scale(expert_out_.data(), int64_t{n} * c.n_embd, w.shared.down_scale);
     for (int32_t t = 0; t < n; ++t) {
       const float* in = h_.data() + t * row;
       double dot = 0;

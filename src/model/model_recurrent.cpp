@@ -35,6 +35,7 @@ void Model::qwen3next_projections(const LayerWeights& w, int32_t n) {
     const kernels::WeightMatrix* ws[] = {&w.ssm_in, &w.ssm_ba};
     float* ys[] = {in, ba};
     kernels::matmul_group(ws, h_.data(), ys, n, pool_, scratch_);
+    apply_scale(in, n * (channels + value_dim), w.ssm_in_scale);
     for (int64_t t = 0; t < n; ++t) {
       const float* row = in + t * (channels + value_dim);
       float* mix = ssm_mix_.data() + t * channels;
@@ -54,6 +55,7 @@ void Model::qwen3next_projections(const LayerWeights& w, int32_t n) {
     apply_scale(ssm_mix_.data(), n * channels, w.scale.ssm_qkv);
     apply_scale(ssm_z_.data(), n * value_dim, w.scale.ssm_z);
   }
+  apply_scale(ba, n * 2 * heads, w.ssm_ba_scale);
   for (int64_t t = 0; t < n; ++t)
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t j = 0; j < r; ++j) {

@@ -100,6 +100,14 @@ class Loader {
     if (!has(stem + ".scale")) return 1.0f;
     return vector(stem + ".scale", 1)[0];
   }
+  // The same for an expert tensor: one scale per expert (<stem>.scale {n_expert}), 1 without.
+  std::vector<float> expert_scales_of(const std::string& weight_name, int64_t n_expert) {
+    const std::string stem = weight_name.substr(0, weight_name.rfind(".weight"));
+    if (has(stem + ".input_scale")) tensor(stem + ".input_scale", {n_expert});
+    if (!has(stem + ".scale")) return std::vector<float>(static_cast<size_t>(n_expert), 1.0f);
+    const float* s = vector(stem + ".scale", n_expert);
+    return std::vector<float>(s, s + n_expert);
+  }
 
   bool has(const std::string& name) const { return f_.find_tensor(name) != nullptr; }
 
@@ -159,14 +167,20 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
     if (c.layers[il].kind == LayerKind::kDeltaNet) {
       const int64_t key_dim = int64_t{c.ssm_groups} * c.ssm_state, value_dim = c.ssm_inner;
       const int64_t channels = 2 * key_dim + value_dim;
-      if (c.ssm_grouped_heads && ld.has(p + "ssm_in.weight")) {  // Qwen3-Next before attn_qkv/attn_gate
+      // Qwen3-Next before attn_qkv/attn_gate: ssm_in. With both, llama.cpp computes with
+      // attn_qkv and loads ssm_in unused; so does ridge.
+      if (c.ssm_grouped_heads && ld.has(p + "ssm_in.weight")) {
         l.ssm_in = ld.matrix(p + "ssm_in.weight", c.n_embd, channels + value_dim);
-      } else {
+        l.ssm_in_scale = ld.scale_of(p + "ssm_in.weight");
+      }
+      if (!c.ssm_grouped_heads || ld.has(p + "attn_qkv.weight") || !ld.has(p + "ssm_in.weight")) {
+        l.ssm_in = {};
         l.ssm_qkv = ld.matrix(p + "attn_qkv.weight", c.n_embd, channels);
         l.ssm_z = ld.matrix(p + "attn_gate.weight", c.n_embd, value_dim);
       }
       if (c.ssm_grouped_heads) {
         l.ssm_ba = ld.matrix(p + "ssm_ba.weight", c.n_embd, 2 * int64_t{c.ssm_heads});
+        l.ssm_ba_scale = ld.scale_of(p + "ssm_ba.weight");
       } else {
         l.ssm_beta = ld.matrix(p + "ssm_beta.weight", c.n_embd, c.ssm_heads);
         l.ssm_alpha = ld.matrix(p + "ssm_alpha.weight", c.n_embd, c.ssm_heads);
@@ -217,13 +231,19 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
       } else {
         const auto gates = ld.matrices(p + "ffn_gate_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
         const auto ups = ld.matrices(p + "ffn_up_exps.weight", c.n_embd, c.n_ff_expert, c.n_expert);
-        for (int e = 0; e < c.n_expert; ++e) l.experts.push_back({gates[e], ups[e], downs[e]});
+        const std::vector<float> gs = ld.expert_scales_of(p + "ffn_gate_exps.weight", c.n_expert);
+        const std::vector<float> us = ld.expert_scales_of(p + "ffn_up_exps.weight", c.n_expert);
+        for (int e = 0; e < c.n_expert; ++e) l.experts.push_back({gates[e], ups[e], downs[e], gs[e], us[e]});
       }
+      const std::vector<float> ds = ld.expert_scales_of(p + "ffn_down_exps.weight", c.n_expert);
+      for (int e = 0; e < c.n_expert; ++e) l.experts[static_cast<size_t>(e)].down_scale = ds[static_cast<size_t>(e)];
       if (c.n_ff_shared > 0) {
         l.shared_gate = ld.vector(p + "ffn_gate_inp_shexp.weight", c.n_embd);
         l.shared = {ld.matrix(p + "ffn_gate_shexp.weight", c.n_embd, c.n_ff_shared),
                     ld.matrix(p + "ffn_up_shexp.weight", c.n_embd, c.n_ff_shared),
-                    ld.matrix(p + "ffn_down_shexp.weight", c.n_ff_shared, c.n_embd)};
+                    ld.matrix(p + "ffn_down_shexp.weight", c.n_ff_shared, c.n_embd),
+                    ld.scale_of(p + "ffn_gate_shexp.weight"), ld.scale_of(p + "ffn_up_shexp.weight"),
+                    ld.scale_of(p + "ffn_down_shexp.weight")};
       }
     } else if (c.fused_gate_up) {
       const kernels::WeightMatrix gate_up = ld.matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t{c.n_ff});
@@ -248,6 +268,13 @@ ModelWeights ModelWeights::load(const gguf::File& f, const ModelConfig& c) {
       s.ssm_beta = ld.scale_of(p + "ssm_beta.weight");
       s.ssm_alpha = ld.scale_of(p + "ssm_alpha.weight");
       s.ssm_out = ld.scale_of(p + "ssm_out.weight");
+      if (c.ssm_grouped_heads) {
+        // llama.cpp's qwen3next graph loads these layers' .scale tensors and never applies
+        // them (its attention, expert and shared-expert scales it does apply); ridge computes
+        // what llama.cpp computes. Real Qwen3-Next files carry none.
+        s.ssm_qkv = s.ssm_z = s.ssm_out = 1.0f;
+        w.layers[il].ssm_in_scale = w.layers[il].ssm_ba_scale = 1.0f;
+      }
     } else if (fused) {
       s.wq = s.wk = s.wv = ld.scale_of(p + "attn_qkv.weight");
     } else {

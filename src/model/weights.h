@@ -17,6 +17,8 @@ struct ExpertWeights {
   kernels::WeightMatrix w_gate;  // [n_ff_expert][n_embd]
   kernels::WeightMatrix w_up;    // [n_ff_expert][n_embd]
   kernels::WeightMatrix w_down;  // [n_embd][n_ff_expert]
+  // llama.cpp's per-expert output scales (<stem>.scale {n_expert}; 1 where the file has none).
+  float gate_scale = 1.0f, up_scale = 1.0f, down_scale = 1.0f;
 };
 
 // llama.cpp's per-tensor output scales: <matrix>.scale ({1} f32), y = (W x) * scale, which its
@@ -57,6 +59,7 @@ struct LayerWeights {
   // heads per key head); older files: ssm_in, per key head [q k v z] rows, for ssm_qkv and ssm_z.
   kernels::WeightMatrix ssm_ba;           // [2 ssm_heads][n_embd]
   kernels::WeightMatrix ssm_in;           // [conv channels + value_dim][n_embd]
+  float ssm_ba_scale = 1.0f, ssm_in_scale = 1.0f;
   const float* ssm_conv = nullptr;        // ssm_conv1d [conv channels][ssm_conv_kernel]
   const float* ssm_dt = nullptr;          // ssm_dt.bias [ssm_heads]
   const float* ssm_a = nullptr;           // ssm_a [ssm_heads]: -exp(A_log)

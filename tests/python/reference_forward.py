@@ -117,7 +117,7 @@ class _Weights:
     def has(self, name: str) -> bool:
         return name in self.tensors
 
-    def get(self, name: str, shape: tuple | None = None) -> np.ndarray:
+    def get(self, name: str, shape: tuple | None = None, scaled: bool = True) -> np.ndarray:
         t = self.tensors.get(name)
         if t is None:
             raise ReferenceModelError(f"{self.path}: missing tensor '{name}'")
@@ -128,9 +128,15 @@ class _Weights:
         w = np.asarray(dequantize(np.asarray(t.data), t.tensor_type), dtype=np.float32).reshape(numpy_shape)
         # llama.cpp's per-tensor output scale (<matrix>.scale, {1}): y = (W x) * s, the same
         # as W * s. (<matrix>.input_scale it loads and never applies.)
-        scale = self.tensors.get(name[:-len(".weight")] + ".scale") if name.endswith(".weight") else None
+        scale = self.tensors.get(name[:-len(".weight")] + ".scale") if name.endswith(".weight") and scaled else None
         if scale is not None:
-            w = w * np.float32(np.asarray(scale.data, dtype=np.float32).reshape(-1)[0])
+            s = np.asarray(scale.data, dtype=np.float32).reshape(-1)
+            if s.size == 1:
+                w = w * s[0]
+            elif w.ndim == 3 and s.size == w.shape[0]:   # an expert tensor: one scale per expert
+                w = w * s[:, None, None]
+            else:
+                raise ReferenceModelError(f"{self.path}: '{name}' has {s.size} scales for shape {w.shape}")
         if shape is not None and w.shape != tuple(shape):
             raise ReferenceModelError(f"{self.path}: tensor '{name}' has shape {w.shape} "
                                  f"(numpy order), expected {tuple(shape)}")
@@ -358,17 +364,20 @@ class Model:
         e = hp.n_embd
         key_dim, value_dim = hp.ssm_n_k * hp.ssm_d_k, hp.ssm_n_v * hp.ssm_d_v
         nk, dk, r = hp.ssm_n_k, hp.ssm_d_k, hp.ssm_n_v // hp.ssm_n_k
-        if ws.has(b + "ssm_in.weight"):  # qwen3next's older files: per key head g, rows [q k v z]
-            rows = ws.get(b + "ssm_in.weight", (2 * key_dim + 2 * value_dim, e)).reshape(nk, 2 * dk + 2 * r * hp.ssm_d_v, e)
+        # llama.cpp's qwen3next graph never applies these matrices' .scale tensors (it loads them).
+        scaled = not hp.ssm_grouped
+        if ws.has(b + "ssm_in.weight") and not ws.has(b + "attn_qkv.weight"):
+            # qwen3next's older files: per key head g, rows [q k v z] (llama.cpp prefers attn_qkv)
+            rows = ws.get(b + "ssm_in.weight", (2 * key_dim + 2 * value_dim, e), scaled).reshape(nk, 2 * dk + 2 * r * hp.ssm_d_v, e)
             q, k = rows[:, :dk], rows[:, dk:2 * dk]
             v, z = rows[:, 2 * dk:2 * dk + r * hp.ssm_d_v], rows[:, 2 * dk + r * hp.ssm_d_v:]
             qkv = np.concatenate([q.reshape(-1, e), k.reshape(-1, e), v.reshape(-1, e)])
             gate = z.reshape(-1, e)
         else:
-            qkv = ws.get(b + "attn_qkv.weight", (2 * key_dim + value_dim, e))
-            gate = ws.get(b + "attn_gate.weight", (value_dim, e))
+            qkv = ws.get(b + "attn_qkv.weight", (2 * key_dim + value_dim, e), scaled)
+            gate = ws.get(b + "attn_gate.weight", (value_dim, e), scaled)
         if ws.has(b + "ssm_ba.weight"):  # qwen3next: per key head g, rows [r betas, r alphas]
-            ba = ws.get(b + "ssm_ba.weight", (2 * hp.ssm_n_v, e)).reshape(nk, 2 * r, e)
+            ba = ws.get(b + "ssm_ba.weight", (2 * hp.ssm_n_v, e), scaled).reshape(nk, 2 * r, e)
             beta, alpha = ba[:, :r].reshape(-1, e), ba[:, r:].reshape(-1, e)
         else:
             beta = ws.get(b + "ssm_beta.weight", (hp.ssm_n_v, e))
@@ -383,7 +392,7 @@ class Model:
             ssm_dt=ws.get(b + "ssm_dt.bias", (hp.ssm_n_v,)),
             ssm_a=ws.get(b + "ssm_a", (hp.ssm_n_v,)),
             ssm_norm=ws.get(b + "ssm_norm.weight", (hp.ssm_d_v,)),
-            ssm_out=ws.get(b + "ssm_out.weight", (e, value_dim)),
+            ssm_out=ws.get(b + "ssm_out.weight", (e, value_dim), scaled),
         )
         self._set_ffn_weights(b, layer)
         return layer

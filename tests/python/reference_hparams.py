@@ -222,7 +222,9 @@ def _read_experts(md: _Metadata, hp: HParams) -> None:
     if not 0 < hp.n_expert_used <= hp.n_expert:
         raise ReferenceModelError(f"{md.path}: {a}expert_used_count {hp.n_expert_used} is not in 1..{hp.n_expert}")
     gating = md.get(a + "expert_gating_func")
-    if gating not in (None, 1):   # 1: softmax (gguf ExpertGatingFuncType)
+    # 1: softmax (gguf ExpertGatingFuncType); llama.cpp's qwen35moe and qwen3next graphs
+    # route by softmax whatever the key says.
+    if gating not in (None, 1) and hp.arch not in ("qwen35moe", "qwen3next"):
         raise ReferenceModelError(f"{md.path}: {a}expert_gating_func {gating} is not supported (softmax only)")
     # llama.cpp (models/qwen3moe.cpp): expert width from expert_feed_forward_length, else
     # n_ff / n_expert_used; llama (Mixtral) and olmoe use feed_forward_length.
