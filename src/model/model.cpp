@@ -52,9 +52,6 @@ Model::Model(gguf::File file, const ModelOptions& options)
   if (config_.is_hybrid() && comm_ != nullptr)
     throw Error(str_cat(file_.name(), ": tensor parallelism (--tp) is not supported for ", config_.arch,
                         "'s recurrent layers yet"));
-  if (config_.is_hybrid() && options_.weights != WeightFormat::kAsStored)
-    throw Error(str_cat(file_.name(), ": --weights ", weight_format_name(options_.weights), " is not supported for ",
-                        config_.arch, "'s recurrent layers yet; run the file's weights as stored"));
   if (options_.weights == WeightFormat::kNf4) convert_layer_matrices(DType::NF4);
   if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
   shard_ = plan_tp_shard(config_, weights_, comm_ != nullptr ? comm_->rank() : 0, comm_ != nullptr ? comm_->size() : 1);

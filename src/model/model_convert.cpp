@@ -40,13 +40,29 @@ void Model::convert_layer_matrices(DType dtype) {
     const std::pair<const float**, int64_t> vectors[] = {
         {&l.attn_norm, config_.n_embd}, {&l.bq, q_dim}, {&l.bk, kv_dim}, {&l.bv, kv_dim},
         {&l.q_norm, qk_norm > 0 ? qk_norm : q_dim}, {&l.k_norm, qk_norm > 0 ? qk_norm : kv_dim},
-        {&l.post_attn_norm, config_.n_embd}, {&l.ffn_norm, config_.n_embd}, {&l.post_ffn_norm, config_.n_embd}};
+        {&l.post_attn_norm, config_.n_embd}, {&l.ffn_norm, config_.n_embd}, {&l.post_ffn_norm, config_.n_embd},
+        // hybrids: the DeltaNet layer's conv taps, dt, A and norm; a shared expert's gate
+        {&l.ssm_conv, (2 * int64_t{config_.ssm_groups} * config_.ssm_state + config_.ssm_inner) * config_.ssm_conv_kernel},
+        {&l.ssm_dt, config_.ssm_heads}, {&l.ssm_a, config_.ssm_heads},
+        {&l.ssm_norm, config_.ssm_heads > 0 ? config_.ssm_inner / config_.ssm_heads : 0},
+        {&l.shared_gate, config_.n_embd}};
     for (const auto& [vector, n] : vectors)
       if (*vector != nullptr) *vector = converted_vectors_.emplace_back(*vector, *vector + n).data();
     std::vector<std::pair<kernels::WeightMatrix*, std::string>> matrices;
     kernels::WeightMatrix* dense[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down};
     for (size_t m = 0; m < std::size(dense); ++m)
       if (dense[m]->data != nullptr) matrices.emplace_back(dense[m], str_cat("blk.", il, ".", kNames[m], ".weight"));
+    // A hybrid's recurrent-layer matrices (the file's names; a split fused tensor keeps its own).
+    const std::pair<kernels::WeightMatrix*, const char*> recurrent[] = {
+        {&l.ssm_qkv, "attn_qkv"}, {&l.ssm_z, "attn_gate"}, {&l.ssm_beta, "ssm_beta"}, {&l.ssm_alpha, "ssm_alpha"},
+        {&l.ssm_ba, "ssm_ba"},    {&l.ssm_in, "ssm_in"},    {&l.ssm_out, "ssm_out"}};
+    for (const auto& [matrix, stem] : recurrent)
+      if (matrix->data != nullptr) matrices.emplace_back(matrix, str_cat("blk.", il, ".", stem, ".weight"));
+    if (config_.n_ff_shared > 0) {
+      matrices.emplace_back(&l.shared.w_gate, str_cat("blk.", il, ".ffn_gate_shexp.weight"));
+      matrices.emplace_back(&l.shared.w_up, str_cat("blk.", il, ".ffn_up_shexp.weight"));
+      matrices.emplace_back(&l.shared.w_down, str_cat("blk.", il, ".ffn_down_shexp.weight"));
+    }
     for (size_t e = 0; e < l.experts.size(); ++e) {  // the router stays as stored
       ExpertWeights& x = l.experts[e];
       matrices.emplace_back(&x.w_gate, str_cat("blk.", il, ".ffn_gate_exps.weight[", e, "]"));
