@@ -81,8 +81,10 @@ RecipeState recipe_state(const gguf::File& file) {
 }
 
 bool is_quantizable(const gguf::TensorInfo& t) {
+  // As llama-quantize: not the norms, the routers, nor a recurrent layer's conv taps
+  // (ssm_conv1d: a few values per channel, read as f32).
   return t.n_dims >= 2 && ends_with(t.name, "weight") && t.name.find("_norm.weight") == std::string::npos &&
-         t.name.find("ffn_gate_inp.weight") == std::string::npos;
+         t.name.find("ffn_gate_inp.weight") == std::string::npos && t.name.find("ssm_conv1d") == std::string::npos;
 }
 
 TensorChoice choose_tensor_type(const QuantTarget& target, const RecipeState& state, const gguf::TensorInfo& t) {

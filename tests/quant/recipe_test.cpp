@@ -61,6 +61,18 @@ TEST(Recipe, WithoutAnImatrixOrForOtherTargetsNothingChanges) {
   EXPECT_EQ(type_of("Q4_0", state_of(7, true), "blk.0.ffn_down.weight"), DType::Q4_0);
 }
 
+TEST(Recipe, RecurrentConvTapsAndRoutersStayAsStored) {
+  // llama-quantize leaves a hybrid's ssm_conv1d (and every router) in the file's type.
+  gguf::TensorInfo conv = matrix("blk.0.ssm_conv1d.weight", 4, 6144);
+  conv.dtype = DType::F32;
+  const TensorChoice c = choose_tensor_type(parse_quant_target("Q4_K_M"), state_of(24, false), conv);
+  EXPECT_FALSE(c.quantized);
+  EXPECT_EQ(c.type, DType::F32);
+  EXPECT_TRUE(c.fallback_note.empty());
+  EXPECT_EQ(type_of("Q4_K_M", state_of(24, false), "blk.0.ffn_gate_inp.weight"), DType::F16);
+  EXPECT_EQ(type_of("Q4_K_M", state_of(24, false), "blk.0.ssm_out.weight"), DType::Q4_K);
+}
+
 TEST(Recipe, TokenEmbeddingAndOutputTypesOverrideTheTarget) {
   QuantTarget t = parse_quant_target("Q4_0");
   t.token_embedding_type = parse_tensor_type("q8_0", "--token-embedding-type");
