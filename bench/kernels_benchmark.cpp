@@ -29,7 +29,6 @@
 #include "core/thread_pool.h"
 #include "kernels/attention/attention.h"
 #include "kernels/gemm/gemm.h"
-#include "kernels/gemm/repack.h"
 #include "kernels/ops/ops_avx2.h"
 #include "kernels/ops/ops_avx512.h"
 #include "kernels/recurrent/recurrent.h"

@@ -5,7 +5,6 @@
 
 #include "core/error.h"
 #include "kernels/gemm/gemm.h"
-#include "kernels/gemm/repack.h"
 
 namespace ridge::cli {
 

@@ -11,7 +11,6 @@
 #include "core/error.h"
 #include "core/quant.h"
 #include "kernels/attention/attention.h"
-#include "kernels/gemm/repack.h"
 #include "kernels/ops/ops.h"
 
 namespace ridge {

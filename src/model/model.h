@@ -25,7 +25,6 @@
 #include "core/thread_pool.h"
 #include "gguf/gguf.h"
 #include "kernels/attention/attention.h"
-#include "kernels/gemm/repack.h"
 #include "kernels/scratch.h"
 #include "kv/kv_cache.h"
 #include "model/batch.h"

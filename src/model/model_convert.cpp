@@ -8,7 +8,6 @@
 #include "core/dtype.h"
 #include "core/error.h"
 #include "core/quant_bnb.h"
-#include "kernels/gemm/repack.h"
 #include "model/model.h"
 
 namespace ridge {

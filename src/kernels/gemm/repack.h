@@ -1,5 +1,6 @@
-// Weight layouts repacked once at load for the matrix-vector kernels (decode), and the
-// choice of whether to repack. Q4_K becomes DType::Q4_K_R16: the blocks of 16 rows side
+// Weight layouts repacked once at load for the matrix-vector kernels (decode); the calls
+// the rest of ridge makes (repack, repack_target, ...) are declared in gemm.h. Q4_K
+// becomes DType::Q4_K_R16: the blocks of 16 rows side
 // by side, so one 64-byte load holds 4 bytes of each of 16 rows, one broadcast activation
 // dword feeds all 16 (vpdpbusd), and no horizontal sum is left per block. A kernel table
 // entry names the layout its ISA runs a type from (GemmKernel::repack, table.h).
@@ -25,46 +26,16 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <memory>
-#include <optional>
 
 #include "core/dtype.h"
-#include "core/thread_pool.h"
 #include "kernels/gemm/gemm.h"
 
 namespace ridge::kernels {
 
 inline constexpr int64_t kRepackRows = 16;  // rows interleaved in a group
 
-// Whether matmul repacks weights at load (model load reads it; `--no-repack` clears it),
-// process-wide like the matmul mode. On by default.
-void set_weight_repack(bool enabled);
-bool weight_repack_enabled();
-
-// The layout the kernel table's entry for `type` on `isa` runs from, if it is not the
-// type's own (Q4_K on avx512_vnni: Q4_K_R16).
-std::optional<DType> repack_target(DType type, Isa isa);
-
 // Whether a type is an interleaved layout (rows not contiguous; no row-wise to_float).
 bool is_repacked_type(DType type);
-
-// Bytes of n_out rows of n_in in a repacked layout (the rows rounded up to whole groups).
-size_t repacked_bytes(DType repacked, int64_t n_in, int64_t n_out);
-
-// Memory for repacked weights: 2 MiB-aligned and advised into transparent huge pages, so
-// the load does not take a page fault per 4 KiB (nor the kernel zero them first
-// through std::vector's value-initialization), and decode walks fewer TLB entries.
-struct RepackedBytesFree {
-  void operator()(uint8_t* p) const;
-};
-using RepackedBytes = std::unique_ptr<uint8_t, RepackedBytesFree>;
-RepackedBytes allocate_repacked(size_t bytes);  // throws ridge::Error when out of memory
-
-// Writes w's rows in the layout `repacked` (repack_target of w.dtype) to dst
-// (repacked_bytes of them; 64-byte aligned for the kernels' loads) and returns the matrix
-// over dst: same shape, row_bytes the source type's dense row; on `pool`'s threads when
-// given. Throws ridge::Error when w cannot be repacked as `repacked`.
-WeightMatrix repack(const WeightMatrix& w, DType repacked, uint8_t* dst, ThreadPool* pool = nullptr);
 
 // Row r of a repacked matrix back in its source type's bytes (a Q4_K row of row_bytes),
 // and as floats (the source type's to_float): for the dequantizing paths and tests.
