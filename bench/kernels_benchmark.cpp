@@ -241,7 +241,9 @@ void register_matmul() {
   // chunk of packed panels, unlike the square case; the same ffn_down in Q8_0, as a Q8_0
   // model has it. And the same matrices at 16 tokens, a batched decode step, in cache.
   for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
+                                          std::tuple{DType::Q4_K_R16, int64_t{1536}, int64_t{8960}},
                                           std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
+                                          std::tuple{DType::Q4_K_R16, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q8_0, int64_t{8960}, int64_t{1536}}})
     benchmark::RegisterBenchmark(("GemmShape/" + std::string(dtype_name(type)) + "_" + std::to_string(n_in) + "x" +
