@@ -1,6 +1,9 @@
 // AVX2 GEMM over Q4_K_R16 (gemm/repack.h), for CPUs without AVX-512: each 64-byte
 // vector of a group is two ymm halves (rows 0-7, rows 8-15), each run as its own pass
-// over the group's blocks (the second reads the lines the first brought into L1).
+// over the group's blocks (the second reads them again from L1 or L2). The avx2 table
+// does not repack Q4_K yet: on Zen 4 under RIDGE_ISA=avx2 this ran GemvL2 1.9x the
+// row-major kernel but streamed no faster from memory (no software prefetch, two
+// passes); an AVX2-only machine has to decide it.
 // Without vpdpbusd, the nibbles go through vpmaddubsw: eight of its int16 pair sums
 // (|each| <= 2 * 15 * 128) add up within int16 over a 32-element sub-block, and one
 // vpmaddwd against the scale in both halves of each lane gives scale * dot in int32.

@@ -69,7 +69,8 @@ GemmTable avx2_table() {
   put(t, a, DType::BF16, gemm_bf16_avx2);
   put(t, a, DType::NF4, gemm_nf4_avx2);
   put(t, a, DType::I8_ROWS, gemm_i8_rows_avx2);
-  put(t, a, DType::Q4_K_R16, gemm_q4_k_r16_avx2);
+  put(t, a, DType::Q4_K_R16, gemm_q4_k_r16_avx2);  // the layout's kernel; Q4_K itself is not
+                                                   // repacked here (gemm/avx2_repack.cpp)
   return t;
 }
 
