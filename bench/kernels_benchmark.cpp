@@ -202,6 +202,15 @@ void register_matmul() {
           ->Unit(benchmark::kMicrosecond);
       if (hw == 1) break;
     }
+  // Qwen2.5-Coder 0.5B's Q4_K matrices: ffn_down, long rows (4864 inputs, 19 blocks) and
+  // 896 of them, as stored and repacked (gemm/repack.h), decode at 2 threads.
+  for (DType type : {DType::Q4_K, DType::Q4_K_R16})
+    benchmark::RegisterBenchmark(("Gemv/" + std::string(dtype_name(type)) + "_4864x896/threads:" + std::to_string(hw)).c_str(),
+                                 BM_Gemv, type, hw, best_isa(), 4864, 896)
+        ->Arg(1)
+        ->ArgName("n_tokens")
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   const bool avx2 = best_isa() != Isa::kScalar;
   for (DType type : kTypes) {
     const std::string t(dtype_name(type));
