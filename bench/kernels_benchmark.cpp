@@ -57,17 +57,23 @@ struct MatrixSet {
 };
 
 MatrixSet make_matrices(DType type, int64_t n_in, int64_t n_out, bool stream) {
-  const TypeTraits& traits = type_traits(type);
   MatrixSet m;
   m.bytes = row_size(type, n_in) * n_out;
   const auto values = random_floats(static_cast<size_t>(n_in * n_out), 1);
   std::vector<uint8_t> one(m.bytes);
+  // A repacked layout (gemm/repack.h): its source type quantized, then repacked.
+  const DType stored = type == DType::Q4_K_R16 ? DType::Q4_K : type;
   for (int64_t o = 0; o < n_out; ++o) {
     uint8_t* row = one.data() + o * row_size(type, n_in);
     if (type == DType::F32)
       std::memcpy(row, values.data() + o * n_in, n_in * sizeof(float));
     else
-      traits.from_float(values.data() + o * n_in, row, n_in);
+      type_traits(stored).from_float(values.data() + o * n_in, row, n_in);
+  }
+  if (stored != type) {  // n_out a multiple of 16 here: the repacked bytes are as many
+    AlignedVector<uint8_t> repacked(repacked_bytes(type, n_in, n_out));
+    repack(weight_matrix(stored, n_in, n_out, one.data()), type, repacked.data());
+    std::memcpy(one.data(), repacked.data(), m.bytes);
   }
   m.copies = stream ? std::max<size_t>(1, (kStreamBytes + m.bytes - 1) / m.bytes) : 1;
   m.all.resize(m.bytes * m.copies);
@@ -156,7 +162,7 @@ void BM_Dequantize(benchmark::State& state, DType type) {
 }
 
 const DType kTypes[] = {DType::F32,  DType::F16,  DType::BF16, DType::Q8_0, DType::Q4_0, DType::Q5_0,
-                        DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K};
+                        DType::Q4_1, DType::Q5_1, DType::Q4_K, DType::Q5_K, DType::Q6_K, DType::Q4_K_R16};
 
 void register_matmul() {
   const int hw = hardware_threads();
@@ -182,7 +188,8 @@ void register_matmul() {
   // of the bytes a step reads): short rows, where a decode tile's row length, not the
   // square 4096x4096 case, decides how well the weights stream. 16 tokens: a batched
   // decode step of 16 sequences, its weights from DRAM as well.
-  for (const auto& [type, n_out] : {std::pair{DType::Q4_K, int64_t{8960}}, std::pair{DType::Q6_K, int64_t{151936}}})
+  for (const auto& [type, n_out] : {std::pair{DType::Q4_K, int64_t{8960}}, std::pair{DType::Q4_K_R16, int64_t{8960}},
+                                    std::pair{DType::Q6_K, int64_t{151936}}})
     for (int threads : {1, hw}) {
       benchmark::RegisterBenchmark(("Gemv/" + std::string(dtype_name(type)) + "_1536x" + std::to_string(n_out) +
                                     "/threads:" + std::to_string(threads))
@@ -195,6 +202,15 @@ void register_matmul() {
           ->Unit(benchmark::kMicrosecond);
       if (hw == 1) break;
     }
+  // Qwen2.5-Coder 0.5B's Q4_K matrices: ffn_down, long rows (4864 inputs, 19 blocks) and
+  // 896 of them, as stored and repacked (gemm/repack.h), decode at 2 threads.
+  for (DType type : {DType::Q4_K, DType::Q4_K_R16})
+    benchmark::RegisterBenchmark(("Gemv/" + std::string(dtype_name(type)) + "_4864x896/threads:" + std::to_string(hw)).c_str(),
+                                 BM_Gemv, type, hw, best_isa(), 4864, 896)
+        ->Arg(1)
+        ->ArgName("n_tokens")
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   const bool avx2 = best_isa() != Isa::kScalar;
   for (DType type : kTypes) {
     const std::string t(dtype_name(type));
@@ -234,7 +250,9 @@ void register_matmul() {
   // chunk of packed panels, unlike the square case; the same ffn_down in Q8_0, as a Q8_0
   // model has it. And the same matrices at 16 tokens, a batched decode step, in cache.
   for (const auto& [type, n_in, n_out] : {std::tuple{DType::Q4_K, int64_t{1536}, int64_t{8960}},
+                                          std::tuple{DType::Q4_K_R16, int64_t{1536}, int64_t{8960}},
                                           std::tuple{DType::Q4_K, int64_t{8960}, int64_t{1536}},
+                                          std::tuple{DType::Q4_K_R16, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q6_K, int64_t{8960}, int64_t{1536}},
                                           std::tuple{DType::Q8_0, int64_t{8960}, int64_t{1536}}})
     benchmark::RegisterBenchmark(("GemmShape/" + std::string(dtype_name(type)) + "_" + std::to_string(n_in) + "x" +

@@ -15,6 +15,7 @@ WeightFormat WeightFlags::format_for_load() const {
   if (matmul != "int8" && matmul != "float")
     throw Error(str_cat("--matmul '", matmul, "': expected int8 or float"));
   kernels::set_matmul_mode(matmul == "float" ? kernels::MatmulMode::kFloat : kernels::MatmulMode::kQuantized);
+  kernels::set_weight_repack(!no_repack);
   try {
     return parse_weight_format(format);
   } catch (const Error& e) {
@@ -35,6 +36,10 @@ void add_weight_flags(CLI::App& cmd, WeightFlags& flags) {
                  "(weight rows dequantized, f32 activations: several times slower, for comparisons; a change in "
                  "the last bits of an input cannot flip an activation's rounding)")
       ->capture_default_str();
+  cmd.add_flag("--no-repack", flags.no_repack,
+               "Run the layer matrices from the file's mapped bytes as they are (zero-copy), instead of repacking "
+               "the types the CPU's decode kernels read faster in another layout (Q4_K on AVX-512 VNNI) into "
+               "memory the model owns at load");
 }
 
 }  // namespace ridge::cli

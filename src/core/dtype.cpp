@@ -177,8 +177,15 @@ std::string unknown_dtype_explanation(uint32_t id) {
 
 // Defined by the quant formats (core/quant.cpp): fills to_float/from_float.
 void register_quant_functions(std::array<TypeTraits, kDTypeCount>& table);
-// The runtime-only formats (core/quant_bnb.cpp), in DType order from DType::NF4.
-std::array<TypeTraits, kRuntimeDTypeCount> runtime_type_traits();
+// bitsandbytes' runtime formats (core/quant_bnb.cpp): NF4, I8_ROWS.
+std::array<TypeTraits, 2> bnb_type_traits();
+
+// The runtime-only formats in DType order from DType::NF4: bitsandbytes' two, then the
+// interleaved Q4_K, which only the kernels read or write (kernels/gemm/repack.h).
+static std::array<TypeTraits, kRuntimeDTypeCount> runtime_type_traits() {
+  const std::array<TypeTraits, 2> bnb = bnb_type_traits();
+  return {bnb[0], bnb[1], TypeTraits{"q4_K_r16", 256, 144, nullptr, nullptr, 0}};
+}
 
 static const std::array<TypeTraits, kDTypeCount>& table() {
   static const std::array<TypeTraits, kDTypeCount> t = [] {

@@ -27,6 +27,10 @@ enum class DType : uint32_t {
   // (`--weights nf4|int8`, core/quant_bnb.h). Each row starts with a header.
   NF4 = 1000,      // bitsandbytes NF4: blocks of 64, double-quantized absmax scales
   I8_ROWS = 1001,  // LLM.int8 weights: one absmax scale per row, int8 values
+  // Q4_K repacked at load for the matrix-vector kernels (kernels/gemm/repack.h): the
+  // blocks of 16 rows interleaved, 144 bytes per row per block as in Q4_K. Its rows are
+  // not contiguous, so it has no row-wise to_float: kernels/gemm/repack.h unpacks rows.
+  Q4_K_R16 = 1002,
 };
 
 // Converts n elements (n a multiple of block_size) of a quantized row to float.
@@ -49,7 +53,7 @@ struct TypeTraits {
 constexpr uint32_t kDTypeCount = 42;
 // The runtime-only formats' ids: [kRuntimeDTypeFirst, kRuntimeDTypeFirst + kRuntimeDTypeCount).
 constexpr uint32_t kRuntimeDTypeFirst = static_cast<uint32_t>(DType::NF4);
-constexpr uint32_t kRuntimeDTypeCount = 2;
+constexpr uint32_t kRuntimeDTypeCount = 3;
 
 // Dense indices for tables indexed by type (the kernels' per-ISA tables): the GGUF ids
 // [0, kDTypeCount), then the runtime-only formats. kDTypeSlots for any other id.

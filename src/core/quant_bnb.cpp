@@ -141,7 +141,7 @@ void dequantize_row_i8_rows(const void* src, float* dst, int64_t n) {
 }
 
 // The runtime-only rows of the dtype trait table (core/dtype.cpp), from DType::NF4 on.
-std::array<TypeTraits, kRuntimeDTypeCount> runtime_type_traits() {
+std::array<TypeTraits, 2> bnb_type_traits() {
   return {TypeTraits{"nf4", kNf4Block, 33, dequantize_row_nf4, quantize_row_nf4, 2 * sizeof(float)},
           TypeTraits{"i8_rows", 32, 32, dequantize_row_i8_rows, quantize_row_i8_rows, sizeof(float)}};
 }

@@ -56,6 +56,7 @@ Model::Model(gguf::File file, const ModelOptions& options)
   if (options_.weights == WeightFormat::kInt8) convert_layer_matrices(DType::I8_ROWS);
   shard_ = plan_tp_shard(config_, weights_, comm_ != nullptr ? comm_->rank() : 0, comm_ != nullptr ? comm_->size() : 1);
   shard_weights(weights_, config_, shard_);
+  if (kernels::weight_repack_enabled()) repack_layer_matrices();  // after the split: each rank its own slices
   shard_config_ = config_;
   shard_config_.n_head = shard_.n_head;
   shard_config_.n_kv_head = shard_.n_kv_head;

@@ -147,6 +147,11 @@ class Model {
   MatmulMacs output_macs_per_row() const;
   // Bytes the converted layer matrices take beyond the file's (negative: fewer); 0 as stored.
   double converted_bytes_delta() const { return converted_bytes_delta_; }
+  // The layer matrices repacked at load for the decode kernels (kernels/gemm/repack.h;
+  // none with --no-repack or where the ISA's table runs every type as stored), and the
+  // seconds that took. Their bytes replace the file's (same size, but the model's memory).
+  int64_t repacked_matrices() const { return repacked_matrices_; }
+  double repack_seconds() const { return repack_seconds_; }
 
   // A KV cache layout for this model: one spec per layer with its window. Under tensor
   // parallelism, this rank's KV heads: budget_bytes is per rank.
@@ -182,6 +187,7 @@ class Model {
  private:
   Model(gguf::File file, const ModelOptions& options);
   void convert_layer_matrices(DType dtype);  // model_convert.cpp
+  void repack_layer_matrices();              // model_convert.cpp
   void validate(const Batch& batch, const KvCache& cache) const;
   void prepare_rope(const Batch& batch);
   void attention_layer(int il, const Batch& batch, KvCache& cache, int32_t n_tokens);
@@ -238,6 +244,9 @@ class Model {
   std::vector<std::vector<uint8_t>> converted_;  // layer matrices under WeightFormat::kNf4/kInt8
   std::vector<std::vector<float>> converted_vectors_;  // and copies of their layers' norms and biases
   double converted_bytes_delta_ = 0;             // their bytes less the file's
+  kernels::RepackedBytes repacked_;              // layer matrices in the decode kernels' layouts
+  int64_t repacked_matrices_ = 0;
+  double repack_seconds_ = 0;
   ForwardObserver* observer_ = nullptr;
   std::atomic<uint64_t> expert_bytes_read_{0};
   std::unique_ptr<ThreadPool> owned_pool_;  // unless ModelOptions::pool was given

@@ -1,4 +1,6 @@
-// WeightFormat::kNf4 / kInt8: the layer matrices converted at load (model.h).
+// WeightFormat::kNf4 / kInt8: the layer matrices converted at load (model.h); and the
+// layer matrices repacked for the decode kernels (kernels/gemm/repack.h).
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -93,6 +95,50 @@ void Model::convert_layer_matrices(DType dtype) {
       w = kernels::weight_matrix(dtype, w.n_in, w.n_out, bytes.data());
     }
   }
+}
+
+void Model::repack_layer_matrices() {
+  const auto start = std::chrono::steady_clock::now();
+  const kernels::Isa isa = kernels::best_isa();
+  static constexpr const char* kNames[] = {"attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
+  struct Job {
+    kernels::WeightMatrix* w;
+    DType to;
+    size_t offset;    // into the one buffer, 64-byte aligned
+    std::string name;  // the file's tensor when the matrix is a whole one ("" for a part of a fused one)
+  };
+  std::vector<Job> jobs;
+  size_t total = 0;
+  for (size_t il = 0; il < weights_.layers.size(); ++il) {
+    LayerWeights& l = weights_.layers[il];
+    // The router and the experts stay as stored: the expert path runs slices of rows.
+    kernels::WeightMatrix* dense[] = {&l.wq, &l.wk, &l.wv, &l.wo, &l.w_gate, &l.w_up, &l.w_down,
+                                      &l.ssm_qkv, &l.ssm_z, &l.ssm_beta, &l.ssm_alpha, &l.ssm_out};
+    for (size_t m = 0; m < std::size(dense); ++m) {
+      kernels::WeightMatrix& w = *dense[m];
+      if (w.data == nullptr || w.row_bytes != row_size(w.dtype, w.n_in)) continue;  // TP column slices: strided
+      const std::optional<DType> to = kernels::repack_target(w.dtype, isa);
+      if (!to) continue;
+      std::string name;
+      if (m < std::size(kNames))
+        if (const gguf::TensorInfo* t = file_.find_tensor(str_cat("blk.", il, ".", kNames[m], ".weight"));
+            t != nullptr && t->data == w.data && t->nbytes == w.row_bytes * static_cast<size_t>(w.n_out))
+          name = t->name;
+      jobs.push_back({&w, *to, total, std::move(name)});
+      total += (kernels::repacked_bytes(*to, w.n_in, w.n_out) + 63) / 64 * 64;
+    }
+  }
+  if (jobs.empty()) return;
+  // One buffer for all (huge pages are 2 MiB: one allocation per matrix would round each up).
+  repacked_ = kernels::allocate_repacked(total);
+  for (const Job& job : jobs) {
+    *job.w = kernels::repack(*job.w, job.to, repacked_.get() + job.offset, &pool_);
+    // The file's pages of a whole tensor repacked are let go (not those of a part of a
+    // fused one, whose other parts may still read them).
+    if (!job.name.empty()) file_.drop_pages(*file_.find_tensor(job.name));
+  }
+  repacked_matrices_ = static_cast<int64_t>(jobs.size());
+  repack_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
 }  // namespace ridge

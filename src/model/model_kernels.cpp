@@ -1,5 +1,6 @@
 // What the model's weight matmuls run and how much arithmetic they are: the start-up
 // line's kernels and the compute roofline's operation counts (`ridge bench`).
+#include <cstdio>
 #include <map>
 
 #include "core/cpu_features.h"
@@ -45,6 +46,11 @@ std::vector<std::pair<std::string, std::string>> Model::matmul_kernels() const {
 std::string Model::kernel_summary() const {
   std::string line;
   for (const auto& [type, kernel] : matmul_kernels()) line += str_cat(line.empty() ? "" : ", ", type, " ", kernel);
+  if (repacked_matrices_ > 0) {  // kernels/gemm/repack.h; --no-repack keeps the file's layouts
+    char seconds[32];
+    std::snprintf(seconds, sizeof seconds, "%.2f", repack_seconds_);
+    line += str_cat(" (", repacked_matrices_, " matrices repacked at load in ", seconds, " s)");
+  }
   if (kernels::best_isa() != kernels::cpu_best_isa())
     line += str_cat(" (RIDGE_ISA=", kernels::isa_name(kernels::best_isa()), "; this CPU: ",
                     kernels::isa_name(kernels::cpu_best_isa()), ")");

@@ -71,7 +71,11 @@ TEST(DType, GgufNumbering) {
   EXPECT_EQ(row_size(DType::NF4, 128), 8u + 2u * 33u);
   EXPECT_EQ(row_size(DType::I8_ROWS, 64), 4u + 64u);
   EXPECT_FALSE(is_known_dtype(static_cast<uint32_t>(DType::NF4)));
-  EXPECT_EQ(type_traits(static_cast<DType>(1002)).block_size, 0);
+  // Q4_K repacked at load (kernels/gemm/repack.h): Q4_K's sizes, no row-wise conversion.
+  EXPECT_EQ(row_size(DType::Q4_K_R16, 512), row_size(DType::Q4_K, 512));
+  EXPECT_EQ(type_traits(DType::Q4_K_R16).to_float, nullptr);
+  EXPECT_FALSE(is_known_dtype(static_cast<uint32_t>(DType::Q4_K_R16)));
+  EXPECT_EQ(type_traits(static_cast<DType>(1003)).block_size, 0);
 }
 
 TEST(DType, NamesRoundTripCaseInsensitively) {

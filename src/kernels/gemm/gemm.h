@@ -16,6 +16,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -114,6 +116,35 @@ bool matmul_quantizes_activations(DType weight, Isa isa);
 // running independent TDPBSSDs from registers for about `seconds`, in ops/s (2 per
 // multiply-add), summed. 0 when !amx_usable() (isa.h).
 double amx_int8_peak_ops_per_s(int threads, double seconds = 0.1);
+
+// ---- Weights repacked at load for the decode kernels (layouts: gemm/repack.h) -------
+
+// Whether matmul repacks weights at load (model load reads it; `--no-repack` clears it),
+// process-wide like the matmul mode. On by default.
+void set_weight_repack(bool enabled);
+bool weight_repack_enabled();
+
+// The layout the kernel table's entry for `type` on `isa` runs from, if it is not the
+// type's own (Q4_K on avx512_vnni: Q4_K_R16).
+std::optional<DType> repack_target(DType type, Isa isa);
+
+// Bytes of n_out rows of n_in in a repacked layout (the rows rounded up to whole groups).
+size_t repacked_bytes(DType repacked, int64_t n_in, int64_t n_out);
+
+// Memory for repacked weights: 2 MiB-aligned and advised into transparent huge pages, so
+// the load does not take a page fault per 4 KiB (nor the kernel zero them first
+// through std::vector's value-initialization), and decode walks fewer TLB entries.
+struct RepackedBytesFree {
+  void operator()(uint8_t* p) const;
+};
+using RepackedBytes = std::unique_ptr<uint8_t, RepackedBytesFree>;
+RepackedBytes allocate_repacked(size_t bytes);  // throws ridge::Error when out of memory
+
+// Writes w's rows in the layout `repacked` (repack_target of w.dtype) to dst
+// (repacked_bytes of them; 64-byte aligned for the kernels' loads) and returns the matrix
+// over dst: same shape, row_bytes the source type's dense row; on `pool`'s threads when
+// given. Throws ridge::Error when w cannot be repacked as `repacked`.
+WeightMatrix repack(const WeightMatrix& w, DType repacked, uint8_t* dst, ThreadPool* pool = nullptr);
 
 // Reference for tests: dequantizes each row with the same to_float and accumulates in
 // double. Allocates; single-threaded.

@@ -11,6 +11,7 @@
 
 #include "core/error.h"
 #include "kernels/gemm/amx.h"
+#include "kernels/gemm/repack.h"
 
 namespace ridge::kernels {
 
@@ -47,7 +48,7 @@ void check_weight_matrix(const WeightMatrix& w, std::string_view name) {
   const TypeTraits& traits = type_traits(w.dtype);
   if (traits.block_size == 0)
     throw Error(str_cat(name, ": unknown weight type id ", static_cast<uint32_t>(w.dtype)));
-  if (w.dtype != DType::F32 && traits.to_float == nullptr)
+  if (w.dtype != DType::F32 && traits.to_float == nullptr && !is_repacked_type(w.dtype))
     throw Error(str_cat(name, ": weight type ", traits.name, " is not supported by ridge yet (it cannot "
                         "dequantize it); use a GGUF of the model in another type, or re-quantize the F16/BF16 "
                         "file (ridge quantize, or llama-quantize to a K-quant)"));
@@ -219,6 +220,7 @@ void gemm_group(std::span<const WeightMatrix* const> ws, std::span<const GemmKer
   // landing on the other core): decode +6-27% at 2 threads on the three models.
   // Several matrices are one sequence of tiles, each matrix's starting on a whole tile.
   constexpr int64_t kTile = 16;
+  static_assert(kTile % kRepackRows == 0, "a tile starts on a repacked group");
   constexpr size_t kMaxGroup = 4;
   int64_t tile_begin[kMaxGroup + 1] = {0};
   for (size_t i = 0; i < ws.size(); ++i) tile_begin[i + 1] = tile_begin[i] + (ws[i]->n_out + kTile - 1) / kTile;
@@ -303,8 +305,10 @@ void matmul_isa(const WeightMatrix& w, const float* x, float* y, int64_t n_token
     float* buffer = scratch.thread_data(thread);
     for (int64_t o0 = begin; o0 < end; o0 += kRowTile) {
       const int64_t tile = std::min(kRowTile, end - o0);
-      for (int64_t r = 0; r < tile; ++r)
-        to_float(w.data + static_cast<size_t>(o0 + r) * w.row_bytes, buffer + r * n_in, n_in);
+      for (int64_t r = 0; r < tile; ++r) {
+        if (to_float == nullptr) repacked_row_to_float(w, o0 + r, buffer + r * n_in);  // checked: a repacked type
+        else to_float(w.data + static_cast<size_t>(o0 + r) * w.row_bytes, buffer + r * n_in, n_in);
+      }
       const GemmArgs args{n_in, reinterpret_cast<const uint8_t*>(buffer), f32_stride,
                           reinterpret_cast<const uint8_t*>(x), f32_stride, y + o0, n_out};
       f32->gemm(args, tile, n_tokens);
@@ -346,6 +350,8 @@ void matmul_reference(const WeightMatrix& w, const float* x, float* y, int64_t n
     const uint8_t* bytes = w.data + static_cast<size_t>(o) * w.row_bytes;
     if (w.dtype == DType::F32)
       std::memcpy(row.data(), bytes, static_cast<size_t>(w.n_in) * sizeof(float));
+    else if (is_repacked_type(w.dtype))
+      repacked_row_to_float(w, o, row.data());
     else
       to_float(bytes, row.data(), w.n_in);
     for (int64_t t = 0; t < n_tokens; ++t) {

@@ -17,7 +17,8 @@ ActFormat act_format(DType type) {
   switch (type) {
     case DType::Q4_K:
     case DType::Q5_K:
-    case DType::Q6_K: return ActFormat::kQ8_K;
+    case DType::Q6_K:
+    case DType::Q4_K_R16: return ActFormat::kQ8_K;
     case DType::F32:
     case DType::F16:
     case DType::BF16: return ActFormat::kF32;
@@ -48,6 +49,7 @@ GemmTable scalar_table() {
   put(t, s, DType::BF16, gemm_rows_scalar<vec_dot_bf16_scalar>);
   put(t, s, DType::NF4, gemm_rows_scalar<vec_dot_nf4_scalar>);
   put(t, s, DType::I8_ROWS, gemm_rows_scalar<vec_dot_i8_rows_scalar>);
+  put(t, s, DType::Q4_K_R16, gemm_q4_k_r16_scalar);
   return t;
 }
 
@@ -67,6 +69,8 @@ GemmTable avx2_table() {
   put(t, a, DType::BF16, gemm_bf16_avx2);
   put(t, a, DType::NF4, gemm_nf4_avx2);
   put(t, a, DType::I8_ROWS, gemm_i8_rows_avx2);
+  put(t, a, DType::Q4_K_R16, gemm_q4_k_r16_avx2);  // the layout's kernel; Q4_K itself is not
+                                                   // repacked here (gemm/avx2_repack.cpp)
   return t;
 }
 
@@ -97,11 +101,15 @@ GemmTable avx512_vnni_table() {
   put(t, v, DType::Q6_K, gemm_q6_k_avx512);
   put(t, v, DType::NF4, gemm_nf4_avx512);
   put(t, v, DType::I8_ROWS, gemm_i8_rows_avx512);
+  // Decode reads Q4_K faster from rows interleaved at load (gemm/avx512_repack.cpp).
+  put(t, v, DType::Q4_K_R16, gemm_q4_k_r16_avx512);
+  t[dtype_slot(DType::Q4_K)].repack = DType::Q4_K_R16;
   return t;
 }
 
 GemmTable amx_int8_table() {
-  GemmTable t = avx512_vnni_table();  // F32, F16, BF16: as there
+  GemmTable t = avx512_vnni_table();  // F32, F16, BF16, Q4_K_R16: as there; the tile
+                                      // kernels read the types as stored (no repack)
   // The tile kernels hand batches too small for the tiles, and every token past the last
   // whole 16-token tile, to the AVX-512 VNNI kernels (gemm/amx.h).
   const Isa x = Isa::kAmxInt8;

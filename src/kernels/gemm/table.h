@@ -12,6 +12,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 
 #include "core/dtype.h"
 #include "kernels/isa.h"
@@ -87,6 +88,9 @@ struct GemmKernel {
   QuantizeActFn quantize = nullptr;  // x -> an activation row; entries of one format write the
                                      // same bytes, so one quantized x serves mixed types
   GemmFn gemm = nullptr;             // null: the type has no integer path on this ISA
+  // Where this ISA runs the type faster from a layout repacked at load (gemm/repack.h):
+  // that layout's type (Q4_K on avx512_vnni: Q4_K_R16), whose own entry then runs.
+  std::optional<DType> repack;
 };
 
 // An ISA's table, indexed by dtype_slot(weight type) (gemm/table.cpp).
@@ -123,6 +127,15 @@ float vec_dot_bf16_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 // The runtime formats (core/quant_bnb.h, gemm/reference_bnb.cpp): one fma per 32-element group.
 float vec_dot_nf4_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
 float vec_dot_i8_rows_scalar(int64_t n, const uint8_t* w, const uint8_t* act);
+
+// Q4_K_R16, Q4_K interleaved by 16 rows at load (gemm/repack.h), against Q8_K
+// activations; each output bit-identical to vec_dot_q4_k_scalar on the row's Q4_K
+// blocks. The scalar reference unpacks each row and runs that (gemm/repack.cpp); AVX2
+// (gemm/avx2_repack.cpp) and AVX-512 VNNI (gemm/avx512_repack.cpp) put the 16 rows in
+// vector lanes. Called with w at a group's first row (r0 a multiple of 16).
+void gemm_q4_k_r16_scalar(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_k_r16_avx2(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
+void gemm_q4_k_r16_avx512(const GemmArgs& args, int64_t n_rows, int64_t n_tokens);
 
 // AVX2 versions (gemm/avx2.cpp); call only when cpu_supports(Isa::kAvx2).
 void quantize_act_q8_0_avx2(const float* x, uint8_t* dst, int64_t n_in);
