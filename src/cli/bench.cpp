@@ -180,11 +180,17 @@ ModelFacts model_facts(const std::string& path, const Model& model) {
   return m;
 }
 
-// K and V bytes one token at position pos reads in every layer (its visible keys), from a
-// cache of kv_type.
+// K and V bytes one token at position pos reads in every attention layer (its visible keys),
+// from a cache of kv_type; a hybrid's recurrent layer reads its f32 state instead, whatever
+// the position.
 double kv_bytes_read(const ModelConfig& c, DType kv_type, int64_t pos) {
   double bytes = 0;
-  for (const LayerConfig& l : c.layers) {
+  for (size_t il = 0; il < c.layers.size(); ++il) {
+    const LayerConfig& l = c.layers[il];
+    if (l.kind != LayerKind::kAttention) {
+      bytes += sizeof(float) * static_cast<double>(c.state_floats(static_cast<int32_t>(il)));
+      continue;
+    }
     const int64_t visible = l.window > 0 ? std::min<int64_t>(l.window, pos + 1) : pos + 1;
     bytes += 2.0 * static_cast<double>(row_size(kv_type, c.n_kv_head * c.d_head)) * static_cast<double>(visible);
   }

@@ -350,7 +350,7 @@ def test_bench_reports_kernels_and_compute_roofline_and_ridge_isa_forces_scalar(
     assert b"RIDGE_ISA=avx9000: not an ISA" in bad.stderr, bad.stderr
 
 
-def test_bench_at_depth_runs_after_a_context_and_counts_its_kv_bytes():
+def test_bench_at_depth_runs_after_a_context_and_counts_its_kv_bytes(tmp_path):
     out = json.loads(ridge("bench", "-m", STORIES, "-p", "32", "-n", "8", "-d", "0,200", "-r", "2", "-t", "1", "--json",
                            "--no-bandwidth").stdout)
     rows = {r["test"]: r for r in out}
@@ -361,6 +361,15 @@ def test_bench_at_depth_runs_after_a_context_and_counts_its_kv_bytes():
     # visible position, 200 more of them at depth 200.
     extra = rows["tg8 @ d200"]["bytes_per_token"] - rows["tg8"]["bytes_per_token"]
     assert extra == pytest.approx(200 * 640, rel=1e-9), extra
+    # A hybrid (synthetic qwen35: 2 DeltaNet and 2 attention layers of 2 KV heads x 32): only
+    # the attention layers' K/V grow with depth, 2 x 2 x 32 x 2 x 2 bytes = 512 a position.
+    import synthetic_models as sm
+    hybrid = sm.write_model(tmp_path / "qwen35.gguf", "qwen35")["path"]
+    out = json.loads(ridge("bench", "-m", hybrid, "-p", "0", "-n", "4", "-d", "0,200", "-r", "1", "-t", "1", "--json",
+                           "--no-bandwidth").stdout)
+    rows = {r["test"]: r for r in out}
+    extra = rows["tg4 @ d200"]["bytes_per_token"] - rows["tg4"]["bytes_per_token"]
+    assert extra == pytest.approx(200 * 512, rel=1e-9), extra
     expect_error("bench", "-m", STORIES, "-d", "64", "--no-kv-cache", phrase="-d puts a context in the cache first")
     expect_error("bench", "-m", STORIES, "-d", "-5", phrase="-d values must be >= 0")
 
