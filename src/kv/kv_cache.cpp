@@ -658,9 +658,11 @@ int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
     k = hit;
   }
   s.n_matched = k;
+  int32_t checkpoint = -1;  // of block k - 1, with recurrent layers
   for (; k > 0; --k) {
     // A recurrence resumes only from a checkpoint of the prefix's last block.
-    bool all_cached = checkpoints_.empty() || find_checkpoint(s, k - 1) >= 0;
+    if (!checkpoints_.empty()) checkpoint = find_checkpoint(s, k - 1);
+    bool all_cached = checkpoints_.empty() || checkpoint >= 0;
     for (size_t g = 0; g < groups_.size() && all_cached; ++g) {
       if (groups_[g].window == 0) continue;
       for (int32_t i = first_needed(groups_[g], k); i < k && all_cached; ++i) {
@@ -670,11 +672,11 @@ int32_t KvCache::attach_prefix(int32_t seq, std::span<const int32_t> tokens) {
     if (all_cached) break;
   }
   if (k == 0) return 0;
-  if (!checkpoints_.empty()) {
-    const int32_t c = find_checkpoint(s, k - 1);
-    std::memcpy(live_state(seq), checkpoint_state(c), sizeof(float) * static_cast<size_t>(state_live_floats_));
-    checkpoints_[static_cast<size_t>(c)].last_use = ++checkpoint_clock_;
-    checkpoints_[static_cast<size_t>(c)].provisional = false;  // it served a hit: keep it
+  if (checkpoint >= 0) {
+    Checkpoint& c = checkpoints_[static_cast<size_t>(checkpoint)];
+    std::memcpy(live_state(seq), checkpoint_state(checkpoint), sizeof(float) * static_cast<size_t>(state_live_floats_));
+    c.last_use = ++checkpoint_clock_;
+    c.provisional = false;  // it served a hit: keep it
   }
   for (size_t g = 0; g < groups_.size(); ++g) {
     const int32_t first = first_needed(groups_[g], k);

@@ -273,10 +273,13 @@ TEST(RecurrentState, TheLeastRecentlyUsedCheckpointMakesRoom) {
 
 TEST(RecurrentState, ProvisionalCheckpointsGiveWayAndNeverEvictKeptOnes) {
   KvCache cache(checkpoint_config(2));
+  const auto start = [&](const std::vector<int32_t>& tokens, int32_t n) {  // slot 0 on tokens, n reserved
+    cache.add_sequence(0);
+    cache.set_tokens(0, tokens);
+    return cache.reserve(0, n);
+  };
   const std::vector<int32_t> a = {1, 2, 3, 4, 5, 6, 7, 8, 9};
-  cache.add_sequence(0);
-  cache.set_tokens(0, a);
-  ASSERT_TRUE(cache.reserve(0, 9));
+  ASSERT_TRUE(start(a, 9));
   cache.commit(0, 4);
   fill_state(cache, 0, 1.0f);
   EXPECT_TRUE(cache.save_checkpoint(0, /*provisional=*/true));  // after 4: room
@@ -285,9 +288,7 @@ TEST(RecurrentState, ProvisionalCheckpointsGiveWayAndNeverEvictKeptOnes) {
   EXPECT_TRUE(cache.save_checkpoint(0));  // after 8: kept
   cache.free_sequence(0);
   const std::vector<int32_t> b = {11, 12, 13, 14, 15, 16, 17, 18, 19};
-  cache.add_sequence(0);
-  cache.set_tokens(0, b);
-  ASSERT_TRUE(cache.reserve(0, 9));
+  ASSERT_TRUE(start(b, 9));
   cache.commit(0, 4);
   EXPECT_TRUE(cache.save_checkpoint(0, true));  // evicts a's provisional one, the older kept one stays
   cache.commit(0, 4);
@@ -295,9 +296,7 @@ TEST(RecurrentState, ProvisionalCheckpointsGiveWayAndNeverEvictKeptOnes) {
   cache.commit(0, 1);
   cache.free_sequence(0);
   const std::vector<int32_t> c = {21, 22, 23, 24, 25, 26, 27, 28, 29};
-  cache.add_sequence(0);
-  cache.set_tokens(0, c);
-  ASSERT_TRUE(cache.reserve(0, 4));
+  ASSERT_TRUE(start(c, 4));
   cache.commit(0, 4);
   EXPECT_FALSE(cache.save_checkpoint(0, true));  // two kept ones: no room for a provisional one
   cache.free_sequence(0);
